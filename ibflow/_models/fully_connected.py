@@ -1,0 +1,65 @@
+"""Two-layer fully connected linear network with k hidden units (THEORY §2.4, §2.6)."""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from .. import _checks
+from ._init import checked_scale_shape, layer_norms
+from .base import AbstractLinearModel
+
+
+class FullyConnectedNet(AbstractLinearModel):
+    """``f(x) = Σᵢ aᵢ <wᵢ, x>``: first layer ``W₁`` (k, d) with rows ``wᵢ``, second layer
+    ``a`` (k,); predictor ``w̃ = W₁ᵀ a``. Gradient flow conserves ``W₁W₁ᵀ − aaᵀ`` (THEORY §2.7)."""
+
+    first: Float[Array, "k d"]
+    second: Float[Array, " k"]
+
+    def __check_init__(self):
+        if jnp.ndim(self.first) != 2 or jnp.shape(self.second) != jnp.shape(self.first)[:1]:
+            raise ValueError(
+                "FullyConnectedNet needs first of shape (k, d) and second of shape (k,); got "
+                f"{jnp.shape(self.first)} and {jnp.shape(self.second)}."
+            )
+
+    @classmethod
+    def from_scale_shape(
+        cls, scale: Float[ArrayLike, "*k"], shape: Float[ArrayLike, "*k"] = 0.0, *, dim: int,
+        width: int = 1, symmetric: bool = False, key: PRNGKeyArray,
+    ) -> "FullyConnectedNet":
+        """The authors' initialization (THEORY §2.4): per neuron ``|aᵢ| = sqrt(α(1+s)/(1−s))``,
+        ``‖wᵢ‖ = sqrt(α(1−s)/(1+s))``, direction uniform on the sphere, sign of ``aᵢ`` random.
+        So α = |aᵢ|‖wᵢ‖ (the product, not the docstring's sum) and δᵢ = aᵢ² − ‖wᵢ‖² = 4αs/(1−s²).
+
+        **Arguments:**
+        - `scale`, `shape`: α > 0 and s ∈ (−1, 1), scalars or one value per neuron (width,).
+        - `dim`: input dimension d. `width`: number of hidden units k ≥ 1.
+        - `symmetric`: antisymmetric pairing (needs even width): neurons k/2+1..k copy the first
+          half's ``w`` and negate ``a``, so ``w̃(0) = 0`` (unbiased start, THEORY [AZ-F]).
+        - `key`: PRNG key for directions and signs.
+        """
+        width = _checks.width(width)
+        _checks.width(dim, "dim")
+        if symmetric and width % 2:
+            raise ValueError(f"symmetric=True needs an even width; got {width}.")
+        alpha, s = checked_scale_shape(scale, shape)
+        if alpha.ndim > 1 or s.ndim > 1 or (alpha.ndim and alpha.shape != (width,)) or (
+            s.ndim and s.shape != (width,)):
+            raise ValueError(f"scale/shape must be scalars or vectors of length width={width}.")
+        a_norm, w_norm = layer_norms(jnp.broadcast_to(alpha, (width,)), jnp.broadcast_to(s, (width,)))
+        kdir, ksign = jax.random.split(key)
+        half = width // 2 if symmetric else width
+        directions = jax.random.normal(kdir, (half, dim))
+        directions = directions / jnp.linalg.norm(directions, axis=1, keepdims=True)
+        signs = jnp.where(jax.random.bernoulli(ksign, 0.5, (half,)), 1.0, -1.0)
+        if symmetric:
+            directions = jnp.concatenate([directions, directions])
+            signs = jnp.concatenate([signs, -signs])
+        return cls(first=w_norm[:, None] * directions, second=signs * a_norm)
+
+    def predictor(self) -> Float[Array, " d"]:
+        return self.first.T @ self.second
+
+    def invariants(self) -> dict[str, Float[Array, "k k"]]:
+        return {"gram": self.first @ self.first.T - jnp.outer(self.second, self.second)}
