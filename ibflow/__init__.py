@@ -32,12 +32,81 @@ from ._models.base import (  # noqa: E402
 from ._models.diagonal import DiagonalNet as DiagonalNet  # noqa: E402
 from ._models.fully_connected import FullyConnectedNet as FullyConnectedNet  # noqa: E402
 from ._models.leaky_neuron import LeakyReLUNeuron as LeakyReLUNeuron  # noqa: E402
+from ._models.linear import LinearModel as LinearModel  # noqa: E402
 from ._solution import Solution as Solution, Status as Status, Trajectory as Trajectory  # noqa: E402
 
 # -- theory (issue 3) --
+from ._theory.implicit_bias import (  # noqa: E402
+    NoExactRegularizer as NoExactRegularizer,
+    implicit_bias as implicit_bias,
+)
+from ._theory.minimizer import (  # noqa: E402
+    MinimizerStatus as MinimizerStatus,
+    RegularizerMinimum as RegularizerMinimum,
+    minimize_regularizer as minimize_regularizer,
+)
+from ._theory.regularizers.base import (  # noqa: E402
+    AbstractLegendreRegularizer as AbstractLegendreRegularizer,
+    AbstractRegularizer as AbstractRegularizer,
+)
+from ._theory.regularizers.diagonal import DiagonalNetRegularizer as DiagonalNetRegularizer  # noqa: E402
+from ._theory.regularizers.l1 import L1Norm as L1Norm  # noqa: E402
+from ._theory.regularizers.leaky_neuron import LeakyNeuronRegularizer as LeakyNeuronRegularizer  # noqa: E402
+from ._theory.regularizers.quadratic import L2Norm as L2Norm, WeightedL2Norm as WeightedL2Norm  # noqa: E402
+from ._theory.regularizers.single_neuron import SingleNeuronRegularizer as SingleNeuronRegularizer  # noqa: E402
 # -- mirror and warped flows, shallow networks (issue 5) --
+from ._discrete import (  # noqa: E402
+    DescentResult as DescentResult,
+    descend as descend,
+    gradient_descent as gradient_descent,
+    mirror_descent as mirror_descent,
+)
+from ._flows.mirror import MirrorFlow as MirrorFlow  # noqa: E402
+from ._flows.warped import WarpedFlow as WarpedFlow  # noqa: E402
+from ._models.shallow import (  # noqa: E402
+    AbstractBiasDistribution as AbstractBiasDistribution,
+    GaussianBias as GaussianBias,
+    ShallowNet as ShallowNet,
+    UniformBias as UniformBias,
+)
+from ._potentials.base import AbstractPotential as AbstractPotential  # noqa: E402
+from ._potentials.cosh import CoshPotential as CoshPotential  # noqa: E402
+from ._potentials.cubic import CubicPotential as CubicPotential  # noqa: E402
+from ._potentials.function import FunctionPotential as FunctionPotential  # noqa: E402
+from ._potentials.mixture import MixturePotential as MixturePotential  # noqa: E402
+from ._potentials.polynomial import PolynomialPotential as PolynomialPotential  # noqa: E402
+from ._potentials.quadratic import QuadraticPotential as QuadraticPotential  # noqa: E402
+from ._potentials.quartic import QuarticPotential as QuarticPotential  # noqa: E402
+from ._potentials.scaling import (  # noqa: E402
+    AbstractScaling as AbstractScaling,
+    Unscaled as Unscaled,
+    WidthScaled as WidthScaled,
+)
+from ._variational.abs import abs_variational as abs_variational  # noqa: E402
+from ._variational.relu import relu_variational as relu_variational  # noqa: E402
+from ._variational.solution import VariationalSolution as VariationalSolution  # noqa: E402
 # -- classification (issue 6) --
+from ._classification.descent import gradient_descent as gradient_descent  # noqa: E402
+from ._classification.diagnostics import (  # noqa: E402
+    ClassifierDiagnostics as ClassifierDiagnostics,
+    KKTResidual as KKTResidual,
+    classifier_diagnostics as classifier_diagnostics,
+    kkt_residual as kkt_residual,
+    kkt_residuals as kkt_residuals,
+    normalized_margins as normalized_margins,
+    stable_rank as stable_rank,
+    trajectory_diagnostics as trajectory_diagnostics,
+)
+from ._classification.flow import (  # noqa: E402
+    ClassificationSolution as ClassificationSolution,
+    ClassifierTrajectory as ClassifierTrajectory,
+    classification_flow as classification_flow,
+)
+from ._models.classifier import TwoLayerClassifier as TwoLayerClassifier  # noqa: E402
 # -- sweeps (issue 4) --
+from ._sweep.engine import diagonal_plateau_cost as diagonal_plateau_cost, sweep as sweep  # noqa: E402
+from ._sweep.grid import Grid as Grid  # noqa: E402
+from ._sweep.result import SweepResult as SweepResult  # noqa: E402
 # -- differentiable limits (issue 8) --
 
 __version__ = "0.1.0"

@@ -3,3 +3,12 @@
 from ._regression import RegressionData as RegressionData, sparse_regression as sparse_regression
 
 # -- classification data (issue 6) --
+from ._cifar import CIFAR10_MD5 as CIFAR10_MD5, load_cifar10 as load_cifar10  # noqa: E402
+from ._digits import digits as digits  # noqa: E402
+from ._mixture import (  # noqa: E402
+    ClassificationData as ClassificationData,
+    binary_task as binary_task,
+    gaussian_mixture as gaussian_mixture,
+    near_orthogonality as near_orthogonality,
+)
+from ._mnist import MNIST_MD5 as MNIST_MD5, load_mnist as load_mnist, read_idx as read_idx  # noqa: E402

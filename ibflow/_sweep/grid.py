@@ -1,0 +1,42 @@
+"""A named cartesian grid of sweep parameters."""
+
+import itertools
+
+import numpy as np
+
+
+class Grid:
+    """The cartesian product of named 1-d axes, e.g. ``Grid(scale=np.logspace(-5, 0, 20),
+    shape=[0, 0.5, 0.9])``. Members are enumerated in C order (last axis fastest).
+
+    ``members()`` gives one flat array per axis (length ``size``); results are reshaped to
+    ``shape`` = the axes' lengths.
+    """
+
+    def __init__(self, **axes):
+        if not axes:
+            raise ValueError("a Grid needs at least one named axis.")
+        self.axes: dict[str, np.ndarray] = {}
+        for name, values in axes.items():
+            values = np.asarray(values)
+            if values.ndim != 1 or values.size == 0:
+                raise ValueError(f"grid axis {name!r} must be a non-empty 1-d sequence.")
+            if values.dtype.kind not in "fiu":
+                raise ValueError(f"grid axis {name!r} must be numeric; got {values.dtype}.")
+            self.axes[name] = values.astype(np.float64 if values.dtype.kind == "f" else np.int64)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(v) for v in self.axes.values())
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def members(self) -> dict[str, np.ndarray]:
+        rows = list(itertools.product(*self.axes.values()))
+        return {name: np.array([r[i] for r in rows], dtype=vals.dtype)
+                for i, (name, vals) in enumerate(self.axes.items())}
+
+    def describe(self) -> dict[str, list]:
+        return {name: vals.tolist() for name, vals in self.axes.items()}

@@ -1,0 +1,1 @@
+"""Implicit-bias theory: closed-form regularizers and their exact minimizer (THEORY §2)."""

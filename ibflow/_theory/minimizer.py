@@ -1,0 +1,230 @@
+"""``minimize_regularizer``: ``argmin Q(w) s.t. Xw = b`` exactly, with a certificate (THEORY
+§2.1 item 5, §2.3 solver tip, §5)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import scipy.optimize
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from .. import _checks
+from .._interpolants import min_l1_interpolant
+from .regularizers.base import AbstractLegendreRegularizer, AbstractRegularizer
+from .regularizers.l1 import L1Norm
+
+
+class MinimizerStatus(eqx.Enumeration):
+    """Outcome of `minimize_regularizer`; under ``vmap`` each member has its own."""
+
+    converged = "the interpolation constraint holds to the requested tolerance"
+    max_steps_reached = "the Newton step budget ran out before the constraint was met"
+    line_search_failed = "the line search found no decrease of the dual (tolerance below roundoff?)"
+    singular = "the dual Hessian X·∇²Q*·Xᵀ is singular (X rank-deficient) or non-finite"
+
+
+class RegularizerMinimum(eqx.Module):
+    """The minimizer of a regularizer over its interpolation set, with its certificate.
+
+    **Fields:**
+    - `w`: (d,) the minimizer. `nu`: (n,) the dual variable, ``∇Q(w) = Xᵀν`` (for ℓ1: an
+      optimal solution of the dual LP ``max ⟨b, ν⟩ s.t. ‖Xᵀν‖_∞ ≤ 1``).
+    - `feasibility`: ``‖Xw − b‖₂`` (``b = Q.interpolation_targets(y)``).
+    - `stationarity`: the distance of ``∇Q(w)`` (evaluated afresh at ``w``) from ``range Xᵀ``,
+      ``‖(I − Xᵀ(XXᵀ)⁻¹X)∇Q(w)‖₂``; since ``∇Q(w₀) = 0`` for the regularizers of
+      `implicit_bias` this is the distance of ``∇Q(w) − ∇Q(w₀)`` from ``range Xᵀ``. For ℓ1:
+      ``max(‖Xᵀν‖_∞ − 1, 0) + max_{wᵢ≠0} |(Xᵀν)ᵢ − sign(wᵢ)|`` (dual feasibility and
+      complementary slackness).
+    - `steps`: Newton steps taken (0 for ℓ1). `status`: a `MinimizerStatus` item.
+    """
+
+    w: Float[Array, " d"]
+    nu: Float[Array, " n"]
+    feasibility: Float[Array, ""]
+    stationarity: Float[Array, ""]
+    steps: Int[Array, ""]
+    status: MinimizerStatus
+
+    @property
+    def converged(self):
+        return self.status == MinimizerStatus.converged
+
+
+def _range_residual(X, g):
+    """``‖(I − Xᵀ(XXᵀ)⁻¹X) g‖`` via a lineax Cholesky solve on the Gram matrix."""
+    gram = lx.MatrixLinearOperator(X @ X.T, lx.positive_semidefinite_tag)
+    coef = lx.linear_solve(gram, X @ g, solver=lx.Cholesky(), throw=False).value
+    return jnp.linalg.norm(g - X.T @ coef)
+
+
+@eqx.filter_jit
+def _dual_newton(Q, X, b, rtol, max_steps):
+    n = X.shape[0]
+    eps = jnp.finfo(X.dtype).eps
+    gram = lx.MatrixLinearOperator(X @ X.T, lx.positive_semidefinite_tag)
+
+    def dual(nu):
+        """``F(ν) = Q*(Xᵀν) − ⟨ν, b⟩``, convex, ``∇F = Xw(ν) − b``."""
+        return Q.conjugate(X.T @ nu) - jnp.dot(nu, b)
+
+    def dual_scale(nu):
+        return jnp.abs(Q.conjugate(X.T @ nu)) + jnp.abs(jnp.dot(nu, b))
+
+    def residual(nu):
+        w = Q.grad_inverse(X.T @ nu)
+        return w, X @ w - b
+
+    def done(w, r):
+        # Per-equation roundoff scale of ⟨xᵢ, w⟩ − bᵢ.
+        scale = jnp.abs(X) @ jnp.abs(w) + jnp.abs(b)
+        return jnp.all(jnp.abs(r) <= rtol * scale)
+
+    def newton_direction(nu, r):
+        # ∇²F = X ∇²Q*(Xᵀν) Xᵀ; ∇²Q* Xᵀ by n Jacobian-vector products of (∇Q)⁻¹ (the Jacobian
+        # is diagonal or diagonal + rank one for every regularizer here: O(nd) each).
+        _, jvp = jax.linearize(Q.grad_inverse, X.T @ nu)
+        hess = X @ jax.vmap(jvp, in_axes=1, out_axes=1)(X.T)
+        hess = (hess + hess.T) / 2
+        op = lx.MatrixLinearOperator(hess, lx.positive_semidefinite_tag)
+        newton = -lx.linear_solve(op, r, solver=lx.Cholesky(), throw=False).value
+        # Where ∇²Q* vanishes (the subdifferential ball of a conic point, e.g. the single
+        # neuron with δ < 0, THEORY §2.4) F is locally linear and the Newton system singular:
+        # step along the gradient in the metric XXᵀ instead (the line search sizes it).
+        fallback = -lx.linear_solve(gram, r, solver=lx.Cholesky(), throw=False).value
+        return jnp.where(jnp.all(jnp.isfinite(newton)), newton, fallback)
+
+    def line_search(nu, f, r, direction):
+        slope = jnp.dot(r, direction)  # < 0 for a descent direction
+        slack = 64 * eps * dual_scale(nu)
+
+        def cond(carry):
+            t, accepted = carry
+            return (~accepted) & (t > 1e-20)
+
+        def body(carry):
+            t, _ = carry
+            t = t / 2
+            f_new = dual(nu + t * direction)
+            return t, jnp.isfinite(f_new) & (f_new <= f + 1e-4 * t * slope + slack)
+
+        f1 = dual(nu + direction)
+        ok1 = jnp.isfinite(f1) & (f1 <= f + 1e-4 * slope + slack)
+        t, accepted = jax.lax.while_loop(cond, body, (jnp.ones(()), ok1))
+        return t, accepted & (slope < 0)
+
+    def cond(carry):
+        nu, w, r, steps, status = carry
+        return (status == MinimizerStatus.max_steps_reached) & ~done(w, r) & (steps < max_steps)
+
+    def body(carry):
+        nu, w, r, steps, status = carry
+        direction = newton_direction(nu, r)
+        finite = jnp.all(jnp.isfinite(direction))
+        direction = jnp.where(finite, direction, 0.0)
+        t, accepted = line_search(nu, dual(nu), r, direction)
+        new_nu = jnp.where(accepted, nu + t * direction, nu)
+        new_w, new_r = residual(new_nu)
+        status = MinimizerStatus.where(
+            finite, MinimizerStatus.where(accepted, status, MinimizerStatus.line_search_failed),
+            MinimizerStatus.singular)
+        return new_nu, new_w, new_r, steps + 1, status
+
+    nu0 = jnp.zeros(n, dtype=X.dtype)
+    w0, r0 = residual(nu0)
+    init = (nu0, w0, r0, jnp.zeros((), dtype=int), MinimizerStatus.max_steps_reached)
+    nu, w, r, steps, status = jax.lax.while_loop(cond, body, init)
+    status = MinimizerStatus.where(done(w, r), MinimizerStatus.converged, status)
+    feasibility = jnp.linalg.norm(r)
+    stationarity = _range_residual(X, Q.grad(w))
+    status = MinimizerStatus.where(jnp.isfinite(feasibility) & jnp.all(jnp.isfinite(w)), status,
+                                   MinimizerStatus.singular)
+    return RegularizerMinimum(w=w, nu=nu, feasibility=feasibility, stationarity=stationarity,
+                              steps=steps, status=status)
+
+
+def _minimize_l1(X, b):
+    X, b = np.asarray(X, dtype=float), np.asarray(b, dtype=float)
+    w = min_l1_interpolant(X, b)
+    n, d = X.shape
+    dual = scipy.optimize.linprog(
+        c=-b, A_ub=np.vstack([X.T, -X.T]), b_ub=np.ones(2 * d), bounds=(None, None),
+        method="highs",
+        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+    if dual.status != 0:
+        raise ValueError(f"minimize_regularizer(L1Norm()): the dual LP failed: {dual.message}")
+    nu = dual.x
+    corr = X.T @ nu
+    support = np.abs(w) > 1e-9 * max(np.max(np.abs(w)), 1e-300)
+    slack = float(np.max(np.abs(corr[support] - np.sign(w[support])), initial=0.0))
+    stationarity = max(float(np.max(np.abs(corr))) - 1.0, 0.0) + slack
+    return RegularizerMinimum(
+        w=jnp.asarray(w), nu=jnp.asarray(nu), feasibility=jnp.asarray(np.linalg.norm(X @ w - b)),
+        stationarity=jnp.asarray(stationarity), steps=jnp.asarray(0),
+        status=MinimizerStatus.converged)
+
+
+def minimize_regularizer(
+    Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
+    rtol: Float[ArrayLike, ""] = 1e-13, max_steps: int = 200, throw: bool = True,
+) -> RegularizerMinimum:
+    """``argmin Q(w)`` over the interpolation set ``{w : Xw = b}``, ``b = Q.interpolation_targets(y)``
+    (``b = y`` except for the leaky neuron, THEORY [AZ-T4]), with a certificate.
+
+    For a strictly convex `Q` (`AbstractLegendreRegularizer`) it solves the dual: the KKT
+    conditions ``∇Q(w) = Xᵀν``, ``Xw = b`` give ``w(ν) = (∇Q)⁻¹(Xᵀν)`` with ν the minimizer of
+    the smooth convex ``F(ν) = Q*(Xᵀν) − ⟨ν, b⟩`` over ``ℝⁿ`` (``∇F = Xw(ν) − b``,
+    ``∇²F = X∇²Q*Xᵀ``). Newton's method on F, damped by an Armijo backtracking line search on
+    F itself, starts from ν = 0 (that is, from ``w₀``, since ``∇Q(w₀) = 0``); the line search
+    is what makes small ``k`` and large ``|δ|`` safe: an overflowing trial point has
+    ``F = +inf`` and is rejected (THEORY §2.3 solver tip). The Newton systems are solved by
+    lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no minimiser that
+    combines an exact Hessian with a line search (`optx.Newton` is an undamped root finder,
+    `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-13).
+
+    It stops when every equation holds to ``rtol`` times its roundoff scale
+    ``Σⱼ|Xᵢⱼwⱼ| + |bᵢ|``. Jittable and vmappable over `Q`, `X`, `y` (statuses per member).
+
+    For `L1Norm` it solves the linear program instead (``ibflow.min_l1_interpolant`` for w,
+    the dual LP for ν); that path runs on the host and is neither jittable nor vmappable.
+
+    **Arguments:**
+    - `Q`: a regularizer (e.g. from `ibflow.implicit_bias`).
+    - `X`: (n, d) with full row rank n ≤ d; `y`: (n,) targets.
+    - `rtol`: relative tolerance on the constraint; `max_steps`: Newton step budget.
+    - `throw`: raise if the status is not `converged` (with ``False``, read the status).
+
+    **Returns:** a `RegularizerMinimum` (w, ν, feasibility, stationarity, steps, status).
+
+    **Raises:** ``ValueError`` for malformed data and, when `X` is concrete, for
+    ``rank X < n`` (the constraint is then either infeasible for generic y or has a
+    non-unique dual; either way this is not a well-posed interpolation problem).
+    """
+    if not isinstance(Q, AbstractRegularizer):
+        raise ValueError(f"Q must be an ibflow regularizer; got {type(Q).__name__}.")
+    X, y = _checks.data(X, y)
+    n, d = X.shape
+    if n > d:
+        raise ValueError(f"minimize_regularizer needs n <= d (an underdetermined system); got "
+                         f"n = {n} > d = {d}.")
+    if not _checks.is_traced(X):
+        rank = np.linalg.matrix_rank(np.asarray(X))
+        if rank < n:
+            raise ValueError(f"X has rank {rank} < n = {n}: the interpolation constraint Xw = y is "
+                             "infeasible for generic y (and degenerate otherwise); drop "
+                             "dependent rows.")
+    b = Q.interpolation_targets(y)
+    if isinstance(Q, L1Norm):
+        if _checks.is_traced(X) or _checks.is_traced(y):
+            raise ValueError("minimize_regularizer(L1Norm(), ...) solves a linear program on the "
+                             "host; call it outside jit/vmap.")
+        return _minimize_l1(X, b)
+    if not isinstance(Q, AbstractLegendreRegularizer):
+        raise ValueError(f"{type(Q).__name__} has no gradient inverse; minimize_regularizer "
+                         "supports Legendre-type regularizers and L1Norm.")
+    out = _dual_newton(Q, X, b, jnp.asarray(rtol, dtype=float), int(max_steps))
+    if throw:
+        out = eqx.error_if(out, out.status != MinimizerStatus.converged,
+                           "minimize_regularizer did not converge (see RegularizerMinimum.status; "
+                           "pass throw=False to get the result anyway).")
+    return out

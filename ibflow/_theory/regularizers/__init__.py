@@ -1,0 +1,1 @@
+"""Implicit regularizers: abstract base and one module per family (THEORY §2.3–§2.5)."""

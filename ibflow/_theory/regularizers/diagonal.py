@@ -1,0 +1,110 @@
+"""Implicit regularizer of the two-layer diagonal linear network: Theorem 1 and its biased form
+(THEORY §2.3 [AZ-T1], [AZ-A], [AZ-7.1])."""
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from ... import _checks
+from ..._models.diagonal import DiagonalNet
+from ..._models._init import checked_scale_shape
+from ._stable import asinh_ratio, scaled_cosh_minus_one, scaled_sinh
+from .base import AbstractLegendreRegularizer
+from .quadratic import WeightedL2Norm
+
+
+class DiagonalNetRegularizer(AbstractLegendreRegularizer):
+    r"""``Q(w) = Σᵢ q_{kᵢ}(wᵢ) − (wᵢ/2)·arcsinh(2w₀ᵢ/kᵢ)`` (THEORY [AZ-T1], [AZ-A]) with
+
+    ``q_k(x) = (k/4)[1 − sqrt(1 + 4x²/k²) + (2x/k) arcsinh(2x/k)]``.
+
+    Invariant form (what is implemented): ``∇Q(w) = ½[arcsinh(2w/k) − arcsinh(2w₀/k)]``, so
+    ``(∇Q)⁻¹(z) = (k/2) sinh(2z + φ)`` with ``φ = arcsinh(2w₀/k)``, and the convex conjugate is
+    ``Q*(z) = (k/4)(cosh(2z + φ) − 1)``. Every formula is evaluated in a form that neither
+    overflows nor cancels for small ``k`` or large arguments (products ``c·sinh`` are formed as
+    ``exp(log c + |u|)``; THEORY §2.3 solver tip). ``Q`` is strictly convex and ``∇Q(w₀) = 0``.
+
+    **Fields:**
+    - `k`: (d,) per-coordinate ``kᵢ > 0``; ``kᵢ = 2(u₀ᵢ² + v₀ᵢ²)`` for unbiased initialization,
+      ``kᵢ = 4αᵢ(1 + sᵢ²)/(1 − sᵢ²)`` in scale/shape form.
+    - `w0`: (d,) the initial predictor ``w(0)`` (zeros for unbiased initialization).
+
+    Build from a model with `from_model`, from scale/shape with `from_scale_shape`, or for the
+    tied-weight network ``w = u₊² − u₋²`` with `from_tied`.
+    """
+
+    k: Float[Array, " d"]
+    w0: Float[Array, " d"]
+
+    def __check_init__(self):
+        if jnp.ndim(self.k) != 1 or jnp.shape(self.w0) != jnp.shape(self.k):
+            raise ValueError("DiagonalNetRegularizer needs k and w0 of one shape (d,); got "
+                             f"{jnp.shape(self.k)} and {jnp.shape(self.w0)}.")
+
+    @classmethod
+    def from_model(cls, model: DiagonalNet) -> "DiagonalNetRegularizer":
+        """The regularizer of gradient flow started at ``model`` (any initialization, THEORY
+        [AZ-A]): ``kᵢ = sqrt(((u₊−v₊)² + (u₋+v₋)²)((u₊+v₊)² + (u₋−v₋)²))``, ``w₀ = u₊v₊ − u₋v₋``.
+
+        ``kᵢ = 0`` means coordinate i is sign-constrained (``w(ρ) = ±P e^{±ρ}``); its bias is
+        then entropic, not of this family, and a ``ValueError`` is raised (eagerly) or a
+        runtime error under ``jit``.
+        """
+        p, m = model.exp_coefficients()
+        k = 4.0 * jnp.sqrt(p * m)
+        k = _checks._check(k, lambda a: ~(a > 0),
+                           "DiagonalNetRegularizer: k_i = 0 for some coordinate (u₊ = −v₊ and "
+                           "u₋ = v₋, or u₊ = v₊ and u₋ = −v₋): that coordinate keeps its sign "
+                           "and Theorem 1 does not apply to it.")
+        return cls(k=k, w0=model.predictor())
+
+    @classmethod
+    def from_scale_shape(cls, scale: Float[ArrayLike, "*d"], shape: Float[ArrayLike, "*d"] = 0.0,
+                         *, dim: int) -> "DiagonalNetRegularizer":
+        """Unbiased initialization with scale α and shape s (THEORY [AZ-7.1]):
+        ``k = 4α(1 + s²)/(1 − s²)``, ``w₀ = 0``."""
+        alpha, s = checked_scale_shape(scale, shape)
+        k = jnp.broadcast_to(4.0 * alpha * (1 + s**2) / (1 - s**2), (dim,))
+        return cls(k=k, w0=jnp.zeros(dim))
+
+    @classmethod
+    def from_tied(cls, u_plus: Float[ArrayLike, " d"], u_minus: Float[ArrayLike, " d"]
+                  ) -> "DiagonalNetRegularizer":
+        """Tied weights ``w = u₊∘u₊ − u₋∘u₋`` (Woodworth et al. 2020; the case ``v± = u±`` of
+        THEORY §2.3, which gradient flow preserves): ``k = 4|u₊u₋|``, ``w₀ = u₊² − u₋²``.
+        With ``u₊ = u₋ = α^{1/2}`` this is Theorem 1 at shape s = 0, ``k = 4α``."""
+        u_plus, u_minus = jnp.asarray(u_plus, dtype=float), jnp.asarray(u_minus, dtype=float)
+        return cls.from_model(DiagonalNet(u_plus, u_plus, u_minus, u_minus))
+
+    # -- internal parametrization: c = k/2, φ = arcsinh(w₀/c) ------------------------------
+    def _c_phi(self):
+        c = self.k / 2.0
+        return c, asinh_ratio(self.w0, c)
+
+    def value(self, w):
+        c, phi = self._c_phi()
+        # q_k(x) = c/2 − ½·hypot(x, c) + (x/2)·arcsinh(x/c); the first two terms combined
+        # without cancellation as −x²/(2(c + hypot(x, c))).
+        h = jnp.hypot(w, c)
+        q = -(w**2) / (2.0 * (c + h)) + 0.5 * w * asinh_ratio(w, c)
+        return jnp.sum(q - 0.5 * w * phi)
+
+    def grad(self, w):
+        c, phi = self._c_phi()
+        return 0.5 * (asinh_ratio(w, c) - phi)
+
+    def grad_inverse(self, z):
+        c, phi = self._c_phi()
+        return scaled_sinh(jnp.log(c), 2.0 * z + phi)
+
+    def conjugate(self, z):
+        c, phi = self._c_phi()
+        return 0.5 * jnp.sum(scaled_cosh_minus_one(jnp.log(c), 2.0 * z + phi))
+
+    def interpolation_targets(self, y):
+        return y
+
+    def ntk_limit(self) -> WeightedL2Norm:
+        """The kernel-regime limit ``k → ∞`` (THEORY §2.3 "Limits"): the quadratic expansion at
+        ``w₀``, ``Σᵢ (wᵢ − w₀ᵢ)² / (2 sqrt(kᵢ² + 4w₀ᵢ²))``; for unbiased initialization the
+        weighted ℓ2 norm ``Σᵢ wᵢ²/(2kᵢ)``."""
+        return WeightedL2Norm(weights=1.0 / jnp.hypot(self.k, 2.0 * self.w0), center=self.w0)

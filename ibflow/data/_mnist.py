@@ -1,0 +1,75 @@
+"""MNIST from local IDX files (LeCun's format); nothing is downloaded."""
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from ._files import missing_error, verify
+
+#: md5 of the official gzipped files (as published with the data set and used by torchvision).
+MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+_STEMS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read one IDX file (optionally gzipped, detected by its magic bytes).
+
+    Format: two zero bytes, a type code (0x08 = uint8, …), the number of dimensions k, then k
+    big-endian int32 sizes and the data in C order. Raises ``ValueError`` on a malformed file."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _DTYPES:
+        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()}).")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int(v) for v in np.frombuffer(raw[4:header], dtype=">i4"))
+    dtype = np.dtype(_DTYPES[raw[2]])
+    count = int(np.prod(shape)) if shape else 1
+    if len(raw) - header != count * dtype.itemsize:
+        raise ValueError(f"{path}: header says shape {shape} ({count * dtype.itemsize} bytes) "
+                         f"but the file holds {len(raw) - header} bytes of data.")
+    return np.frombuffer(raw, dtype=dtype, offset=header, count=count).reshape(shape)
+
+
+def load_mnist(
+    root: str | Path, *, split: str = "train", checksums: dict[str, str] | None = None,
+    verify_checksums: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 28, 28) uint8 and labels (N,) uint8 of MNIST's `split` ("train" or "test") from
+    the folder `root`, holding ``train-images-idx3-ubyte[.gz]``, ``train-labels-idx1-ubyte[.gz]``,
+    ``t10k-images-idx3-ubyte[.gz]``, ``t10k-labels-idx1-ubyte[.gz]`` (gzipped or not).
+
+    **Checksums.** Each file is checked against, in order: ``checksums[file name]`` (md5 or sha256
+    hex digest, given by you), a sidecar ``<file>.sha256``/``<file>.md5``, and for the four
+    official ``.gz`` files the published md5 (`MNIST_MD5`). Uncompressed files with neither a
+    user nor a sidecar checksum are read unchecked (their digests are not published).
+    ``verify_checksums=False`` skips all checks. A missing file raises ``FileNotFoundError`` naming
+    `root` and the expected files.
+    """
+    if split not in _STEMS:
+        raise ValueError(f"split must be 'train' or 'test'; got {split!r}.")
+    root = Path(root)
+    arrays = []
+    for stem in _STEMS[split]:
+        candidates = [root / (stem + ".gz"), root / stem]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            raise missing_error("MNIST", root, [f"{s}[.gz]" for s in _STEMS[split]],
+                                f"(missing {stem}[.gz] for split={split!r}.)")
+        verify(path, official=MNIST_MD5, checksums=checksums, verify=verify_checksums)
+        arrays.append(read_idx(path))
+    images, labels = arrays
+    if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
+        raise ValueError(f"MNIST under {root}: images {images.shape} and labels {labels.shape} "
+                         "do not match (expected (N, rows, cols) and (N,)).")
+    return images, labels
