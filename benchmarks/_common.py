@@ -108,20 +108,62 @@ class Timing:
     runs: int
     all_s: list[float]
     result: Any = None
+    recompile_s: float = 0.0  # median compile time still paid by each later call
+
+
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_intervals: list[tuple[float, float]] = []
+
+
+def _listener(event: str, duration: float, **kwargs) -> None:
+    if event in _COMPILE_EVENTS:
+        end = time.perf_counter()
+        _intervals.append((end - duration, end))
+
+
+jax.monitoring.register_event_duration_secs_listener(_listener)
+
+
+def compile_seconds_since(start: float) -> float:
+    """Wall time spent tracing, lowering and compiling (JAX's own compile events) since
+    `start` (a ``time.perf_counter()`` value); nested events are counted once (interval union)."""
+    spans = sorted((max(a, start), b) for a, b in _intervals if b > start)
+    total, cur_a, cur_b = 0.0, None, None
+    for a, b in spans:
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                total += cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_b is not None:
+        total += cur_b - cur_a
+    return total
 
 
 def time_jax(fn: Callable[[], Any], *, runs: int = 3) -> Timing:
-    """Call `fn` once to compile, then `runs` more times; block on every result."""
+    """Call `fn` once to compile, then `runs` more times; block on every result.
+
+    ``compile_s`` is the compile time of the first call (JAX's trace/lower/compile events).
+    ``run_s`` is the median over the later calls of their wall time minus any compile time they
+    still incur (e.g. a function that rebuilds its jitted closure on every call)."""
     t0 = time.perf_counter()
     out = jax.block_until_ready(fn())
-    first = time.perf_counter() - t0
-    times = []
+    first_compile = compile_seconds_since(t0)
+    first_run = time.perf_counter() - t0 - first_compile
+    times, recompiles = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
         out = jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    run = statistics.median(times)
-    return Timing(max(first - run, 0.0), run, runs, times, out)
+        wall = time.perf_counter() - t0
+        recompiles.append(compile_seconds_since(t0))
+        times.append(wall - recompiles[-1])
+    if not times:  # runs=0: the first call's wall time minus its compile time
+        return Timing(first_compile, first_run, 1, [first_run], out)
+    return Timing(first_compile, statistics.median(times), runs, times, out,
+                  statistics.median(recompiles))
 
 
 def time_host(fn: Callable[[], Any], *, runs: int = 3) -> Timing:
@@ -208,7 +250,7 @@ def markdown(rows: list[Row], machine: dict[str, Any]) -> str:
 
 
 def _jsonable(v):
-    if isinstance(v, (np.floating, np.integer)):
+    if isinstance(v, (np.floating, np.integer, np.bool_)):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)

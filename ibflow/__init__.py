@@ -36,6 +36,22 @@ from ._models.linear import LinearModel as LinearModel  # noqa: E402
 from ._solution import Solution as Solution, Status as Status, Trajectory as Trajectory  # noqa: E402
 
 # -- theory (issue 3) --
+from ._theory.hessian_map import (  # noqa: E402
+    DiagonalInverseMetric as DiagonalInverseMetric,
+    HessianMapAsymmetry as HessianMapAsymmetry,
+    NeuronInverseMetric as NeuronInverseMetric,
+    hessian_map_asymmetry as hessian_map_asymmetry,
+    inverse_metric_field as inverse_metric_field,
+    predictor_inverse_metric as predictor_inverse_metric,
+    predictor_jacobian as predictor_jacobian,
+)
+from ._theory.ntk import (  # noqa: E402
+    ntk_outputs as ntk_outputs,
+    ntk_predictor as ntk_predictor,
+    ntk_rkhs_norm as ntk_rkhs_norm,
+    output_jacobian as output_jacobian,
+    tangent_kernel as tangent_kernel,
+)
 from ._theory.implicit_bias import (  # noqa: E402
     NoExactRegularizer as NoExactRegularizer,
     implicit_bias as implicit_bias,
@@ -108,5 +124,8 @@ from ._sweep.engine import diagonal_plateau_cost as diagonal_plateau_cost, sweep
 from ._sweep.grid import Grid as Grid  # noqa: E402
 from ._sweep.result import SweepResult as SweepResult  # noqa: E402
 # -- differentiable limits (issue 8) --
+from ._differentiable.implicit import differentiable_minimize as differentiable_minimize  # noqa: E402
+from ._differentiable.limit import LimitPoint as LimitPoint, limit_point as limit_point  # noqa: E402
+from ._differentiable.through_solve import solve_limit as solve_limit  # noqa: E402
 
 __version__ = "0.1.0"

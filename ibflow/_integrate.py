@@ -53,7 +53,8 @@ def _predictor(model):
     return model.predictor() if isinstance(model, AbstractPredictorModel) else None
 
 
-def _phase(dynamics, solver, state0, t0, *, rtol, atol, stop_at, t_max, max_steps, save_at):
+def _phase(dynamics, solver, state0, t0, *, rtol, atol, stop_at, t_max, max_steps, save_at,
+           adjoint):
     """One ``diffeqsolve`` from ``(t0, state0)`` until ``L ≤ stop_at`` (or non-finite)."""
 
     def stop(t, state, args, **kwargs):
@@ -72,6 +73,7 @@ def _phase(dynamics, solver, state0, t0, *, rtol, atol, stop_at, t_max, max_step
         dfx.ODETerm(dynamics.vector_field), solver, t0=t0, t1=t_max, dt0=None, y0=state0,
         stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
         event=dfx.Event(stop), saveat=dfx.SaveAt(subs=subs), max_steps=max_steps, throw=False,
+        adjoint=adjoint,
     )
 
 
@@ -86,8 +88,9 @@ def _merge_saved(first, second, t_switch):
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counted by tests: one trace per configuration
 def _integrate(dynamics: AbstractDynamics, *, solver, stiff_solver, rtol, atol, target_loss,
-               stiff_switch, t_max, max_steps, save_at, throw) -> Solution:
-    common = dict(rtol=rtol, atol=atol, t_max=t_max, max_steps=max_steps, save_at=save_at)
+               stiff_switch, t_max, max_steps, save_at, throw, adjoint) -> Solution:
+    common = dict(rtol=rtol, atol=atol, t_max=t_max, max_steps=max_steps, save_at=save_at,
+                  adjoint=adjoint)
     first = _phase(dynamics, solver, dynamics.initial_state(), 0.0,
                    stop_at=target_loss if stiff_solver is None else target_loss * stiff_switch,
                    **common)
@@ -130,6 +133,7 @@ def integrate(
     stiff_solver: dfx.AbstractAdaptiveSolver | None | Literal["auto"] = "auto",
     stiff_switch: Float[ArrayLike, ""] = 1e16, max_steps: int = 100_000, t_max: Float[ArrayLike, ""] = 1e14,
     save_at: Float[ArrayLike, " T"] | None = None, method: Method = "auto", throw: bool = True,
+    adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
 ) -> Solution:
     """Integrate ``flow`` on ``loss`` from ``model`` until the loss reaches ``target_loss``.
 
@@ -156,6 +160,9 @@ def integrate(
       it applies (``DiagonalNet`` + ``GradientFlow`` + ``SquareLoss``); ``"parameters"`` always
       integrates the parameters.
     - `throw`: raise if the flow did not converge. With ``False`` the status says what happened.
+    - `adjoint`: how reverse-mode derivatives through the solve are computed (both phases), e.g.
+      ``diffrax.RecursiveCheckpointAdjoint(checkpoints=c)``: memory ≈ c saved states however
+      many steps the solve takes (the default ``c = None`` is ≈ sqrt(2·max_steps)).
 
     Tolerances, targets and every array in `model` are traced, so integrating many
     initializations (or tolerances) compiles once.
@@ -181,8 +188,10 @@ def integrate(
             raise ValueError("stiff_solver must be a Diffrax solver, None or 'auto'.")
         size = sum(a.size for a in jax.tree_util.tree_leaves(dynamics.initial_state()))
         stiff_solver = dfx.Kvaerno5() if size <= STIFF_AUTO_MAX_STATE else None
+    if not isinstance(adjoint, dfx.AbstractAdjoint):
+        raise ValueError(f"adjoint must be a Diffrax adjoint; got {type(adjoint).__name__}.")
     return _integrate(dynamics, solver=solver, stiff_solver=stiff_solver,
-                      max_steps=int(max_steps), save_at=save_at, throw=throw,
+                      max_steps=int(max_steps), save_at=save_at, throw=throw, adjoint=adjoint,
                       stiff_switch=jnp.asarray(stiff_switch, dtype=float), **floats)
 
 

@@ -125,34 +125,40 @@ DPHI = {"cubic": lambda x: 3 * x * np.abs(x) + 2 * x, "quartic": lambda x: 4 * x
         "cosh": np.sinh}
 
 
-@pytest.mark.parametrize("name,width", [("cubic", None), ("quartic", None), ("cosh", None),
-                                        ("quartic", 5.0)])
-def test_mirror_flow_limit_is_bregman_projection(name, width, getkey):
+def _problem(getkey):
     X = jax.random.normal(getkey(), (3, 6))
     y = 2.0 * jax.random.normal(getkey(), (3,))
     theta0 = 0.5 * jax.random.normal(getkey(), (6,))
-    scaling = ib.Unscaled() if width is None else ib.WidthScaled(width)
-    flow = ib.MirrorFlow(POTENTIALS[name], scaling=scaling, learning_rate=0.7)
-    sol = ib.integrate(_Linear(theta0), X, y, flow=flow)
-    assert sol.converged
-    ref = _numpy_bregman_projection(DPHI[name], np.asarray(theta0), np.asarray(X), np.asarray(y),
-                                    1.0 if width is None else width)
-    np.testing.assert_allclose(sol.predictor, ref, rtol=0, atol=1e-8)
+    return X, y, theta0
+
+
+def _check_projection(predictor, dphi, theta0, X, y, scale):
+    ref = _numpy_bregman_projection(dphi, np.asarray(theta0), np.asarray(X), np.asarray(y), scale)
+    np.testing.assert_allclose(predictor, ref, rtol=0, atol=1e-8)
     # and it is not the Euclidean projection (the potential matters)
     l2 = theta0 + np.linalg.pinv(np.asarray(X)) @ (np.asarray(y) - np.asarray(X @ theta0))
     assert np.max(np.abs(ref - l2)) > 1e-3
 
 
-def test_mirror_flow_under_vmap_matches_loop(getkey):
-    X = jax.random.normal(getkey(), (3, 5))
-    y = jax.random.normal(getkey(), (3,))
-    thetas = 0.3 * jax.random.normal(getkey(), (3, 5))
-    flows = eqx.filter_vmap(lambda lr: ib.MirrorFlow(ib.QuarticPotential(), learning_rate=lr))(
-        jnp.array([0.5, 1.0, 2.0]))
-    batched = jax.vmap(lambda t, f: ib.integrate(_Linear(t), X, y, flow=f, throw=False))(
-        thetas, flows)
-    for i in range(3):
-        single = ib.integrate(_Linear(thetas[i]), X, y,
-                              flow=ib.MirrorFlow(ib.QuarticPotential(),
-                                                 learning_rate=[0.5, 1.0, 2.0][i]))
-        np.testing.assert_allclose(batched.predictor[i], single.predictor, atol=1e-10)
+def test_mirror_flow_limit_is_bregman_projection_vmapped(getkey):
+    """φ₂ = |x|³+x² and φ₃ = x⁴+x² (stacked PolynomialPotentials, different learning rates and
+    initializations) through ONE vmapped integrate: each member is its own Bregman projection."""
+    X, y, _ = _problem(getkey)
+    thetas = 0.5 * jax.random.normal(getkey(), (2, 6))
+    flows = eqx.filter_vmap(
+        lambda c3, c4, lr: ib.MirrorFlow(ib.PolynomialPotential(1.0, c3, c4), learning_rate=lr))(
+        jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]), jnp.array([0.7, 2.0]))
+    sol = jax.vmap(lambda t, f: ib.integrate(_Linear(t), X, y, flow=f, throw=False))(thetas, flows)
+    assert jnp.all(sol.converged)
+    for i, name in enumerate(["cubic", "quartic"]):
+        _check_projection(sol.predictor[i], DPHI[name], thetas[i], X, y, 1.0)
+
+
+@pytest.mark.parametrize("name,width", [("cosh", None), ("quartic", 5.0)])
+def test_mirror_flow_limit_is_bregman_projection(name, width, getkey):
+    X, y, theta0 = _problem(getkey)
+    scaling = ib.Unscaled() if width is None else ib.WidthScaled(width)
+    flow = ib.MirrorFlow(POTENTIALS[name], scaling=scaling, learning_rate=0.7)
+    sol = ib.integrate(_Linear(theta0), X, y, flow=flow)
+    assert sol.converged
+    _check_projection(sol.predictor, DPHI[name], theta0, X, y, 1.0 if width is None else width)

@@ -25,6 +25,13 @@ from .result import STATUS_NAMES, SweepResult, status_code
 #: Integrate options a sweep passes through unchanged (see ``ibflow.integrate``).
 _INTEGRATE_OPTIONS = ("flow", "loss", "target_loss", "rtol", "atol", "solver", "stiff_solver",
                       "stiff_switch", "max_steps", "t_max", "method")
+#: Grid axes with these names are per-member integrate options (traced), not `build` arguments.
+MEMBER_OPTIONS = ("target_loss", "rtol", "atol", "stiff_switch", "t_max")
+
+
+def _split_params(params):
+    options = {k: v for k, v in params.items() if k in MEMBER_OPTIONS}
+    return {k: v for k, v in params.items() if k not in MEMBER_OPTIONS}, options
 
 
 def diagonal_plateau_cost(model: AbstractModel) -> jax.Array:
@@ -70,8 +77,9 @@ def _chunk_function(build, options, reference_names, has_test, mesh):
     """The compiled per-chunk computation: vmapped over members, sharded over devices."""
 
     def one(params, X, y, X_test, y_test, refs):
-        model = build(**params)
-        sol = integrate(model, X, y, throw=False, **options)
+        model_params, member_options = _split_params(params)
+        model = build(**model_params)
+        sol = integrate(model, X, y, throw=False, **(options | member_options))
         record = {"loss": sol.loss, "steps": sol.steps, "time": sol.time,
                   "status": sol.status._value}
         if isinstance(model, AbstractPredictorModel):
@@ -116,14 +124,17 @@ def sweep(
       grid axis (e.g. ``lambda scale, shape: DiagonalNet.from_scale_shape(scale, shape, dim=d)``;
       an integer ``seed`` axis can feed ``jax.random.key(seed)``). It is vmapped, so it must be
       traceable.
-    - `grid`: a `Grid` of named axes. `data`: a `RegressionData`, an ``(X, y)`` tuple, or a list
+    - `grid`: a `Grid` of named axes. Axes named like a per-member integrate option
+      (``target_loss``, ``rtol``, ``atol``, ``stiff_switch``, ``t_max``) go to ``integrate``
+      instead of `build`, so tolerances and budgets can be swept too. `data`: a `RegressionData`, an ``(X, y)`` tuple, or a list
       of them (then a leading ``dataset`` axis is added to the results).
     - `out`: results directory (see ``ibflow._sweep.store``). Each finished chunk is written
       atomically; re-running the same sweep resumes and recomputes only missing chunks. A
       directory holding a *different* sweep is refused.
-    - `chunk_size`: members per compiled batch (memory bound; rounded up to a multiple of the
-      device count). Every chunk has the same shape (the last one is padded), so the whole
-      sweep compiles once.
+    - `chunk_size`: members per compiled batch on one device (memory bound). Every chunk has
+      the same shape (the last one is padded), so the whole sweep compiles once. With several
+      devices, each device integrates one whole chunk at a time, so a member's arithmetic is
+      the same on 1 or 8 devices and results are bitwise identical.
     - `order_by`: lockstep-waste reduction. In a vmapped adaptive solve every member pays for
       the slowest one's steps, so members are sorted by a cheap cost predictor and chunked in
       that order, grouping members of similar cost. ``"auto"`` uses
@@ -146,7 +157,8 @@ def sweep(
     multi = isinstance(data, Sequence) and not isinstance(data, tuple)
     devices = list(devices or jax.devices())
     mesh = Mesh(np.array(devices), ("members",))
-    chunk_size = int(np.ceil(_checks.width(chunk_size, "chunk_size") / len(devices))) * len(devices)
+    chunk_size = _checks.width(chunk_size, "chunk_size")
+    n_dev = len(devices)
     members = grid.members()
     n_members = grid.size
 
@@ -164,11 +176,12 @@ def sweep(
         raise ValueError(f"unknown references {sorted(unknown_refs)}.")
 
     jparams = {k: jnp.asarray(v) for k, v in members.items()}
+    model_jparams, _ = _split_params(jparams)
     if order_by == "auto":
-        probe = build(**{k: v[0] for k, v in jparams.items()})
+        probe = build(**{k: v[0] for k, v in model_jparams.items()})
         order_by = diagonal_plateau_cost if isinstance(probe, DiagonalNet) else None
     if order_by is not None:
-        cost = np.asarray(jax.vmap(lambda p: order_by(build(**p)))(jparams))
+        cost = np.asarray(jax.vmap(lambda p: order_by(build(**p)))(model_jparams))
         order = np.argsort(-cost, kind="stable")  # most expensive first: an honest ETA
     else:
         order = np.arange(n_members)
@@ -217,20 +230,32 @@ def sweep(
             todo.append((di, ci))
 
     bar = _progress(len(pending), len(pending) - len(todo), progress)
-    for di, ci in todo:
-        ds, idx = datasets[di], chunks[ci]
-        padded = np.concatenate([idx, np.full(chunk_size - len(idx), idx[-1])])
-        params = {k: jnp.asarray(v[padded]) for k, v in members.items()}
+    # Rounds of one chunk per device, never mixing data sets; a short round repeats its last
+    # chunk (the copy is discarded).
+    rounds = [todo_ds[i:i + n_dev] for di in range(len(datasets))
+              for todo_ds in [[t for t in todo if t[0] == di]]
+              for i in range(0, len(todo_ds), n_dev)]
+    for group in rounds:
+        slots = group + [group[-1]] * (n_dev - len(group))
+        di = group[0][0]
+        ds = datasets[di]
+        padded = [np.concatenate([chunks[ci], np.full(chunk_size - len(chunks[ci]),
+                                                      chunks[ci][-1])]) for _, ci in slots]
+        params = {k: jnp.asarray(v[np.concatenate(padded)]) for k, v in members.items()}
         X_test = ds.get("X_test", np.zeros((1, ds["X"].shape[1])))
         y_test = ds.get("y_test", np.zeros(1))
-        result = run_chunk(params, ds["X"], ds["y"], X_test, y_test,
-                           {k: jnp.asarray(v) for k, v in refs[di].items()})
-        rec = {k: np.asarray(v)[: len(idx)] for k, v in result.items()}
-        rec["index"] = idx
-        records[(di, ci)] = rec
-        if out is not None:
-            store.atomic_savez(store.chunk_path(out, di * len(chunks) + ci), rec)
-        bar.update(1)
+        result = {k: np.asarray(v) for k, v in run_chunk(
+            params, ds["X"], ds["y"], X_test, y_test,
+            {k: jnp.asarray(v) for k, v in refs[di].items()}).items()}
+        for slot, (d_i, ci) in enumerate(group):
+            idx = chunks[ci]
+            lo = slot * chunk_size
+            rec = {k: v[lo:lo + len(idx)] for k, v in result.items()}
+            rec["index"] = idx
+            records[(d_i, ci)] = rec
+            if out is not None:
+                store.atomic_savez(store.chunk_path(out, d_i * len(chunks) + ci), rec)
+            bar.update(1)
     bar.close()
 
     fields = _assemble(records, len(datasets), n_members, grid.shape, multi)

@@ -44,6 +44,7 @@ def _jacobian(fn, flat: Float[Array, " p"], n_out: int) -> Float[Array, "n p"]:
     return (jax.jacfwd if flat.shape[0] <= n_out else jax.jacrev)(fn)(flat)
 
 
+@eqx.filter_jit
 def predictor_jacobian(model: AbstractPredictorModel) -> Float[Array, "d p"]:
     """``J = ∂w̃/∂θ`` at the model's current parameters (THEORY §2.1), ``θ`` = all inexact array
     leaves flattened in ``jax.flatten_util.ravel_pytree`` order.
@@ -69,6 +70,7 @@ def predictor_jacobian(model: AbstractPredictorModel) -> Float[Array, "d p"]:
     return _jacobian(fn, flat, d)
 
 
+@eqx.filter_jit
 def predictor_inverse_metric(model: AbstractPredictorModel) -> Float[Array, "d d"]:
     """The inverse metric ``M = J Jᵀ`` of gradient flow seen on the predictor (THEORY §2.1
     [AZ-eq-metric]): ``dw̃/dt = −M ∇_w̃ L``. At the initialization this is also the predictor-space

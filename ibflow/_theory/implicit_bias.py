@@ -20,12 +20,19 @@ class NoExactRegularizer(ValueError):
     return an approximation in its place."""
 
 
-def _final_sign(a0, delta, final_sign):
-    """``σ = sign(a(∞))``: ``sign(a₀)`` when it cannot change (δ ≥ 0), otherwise required."""
+def _final_sign(a0, w0, final_sign):
+    """``σ = sign(a(∞))``: ``sign(a₀)`` when it cannot change (δ ≥ 0), otherwise required.
+
+    δ is compared with a roundoff margin: δ = 0 built from a shape s = 0 comes out as
+    ±1e-17 in floating point, and a balanced neuron cannot flip (it would have to pass through
+    the saddle θ = 0)."""
     sign0 = jnp.sign(a0)
+    sq = jnp.sum(w0**2)
+    delta = a0**2 - sq
+    margin = 64 * jnp.finfo(jnp.result_type(float)).eps * (a0**2 + sq)
     if final_sign is None:
         return _checks._check(
-            sign0, lambda s: ~(delta >= 0),
+            sign0, lambda s: delta < -margin,
             "implicit_bias: this single-neuron model has δ = a₀² − ‖w₀‖² < 0, so a can change "
             "sign during training and the regularizer depends on its final sign (THEORY §2.4, "
             "flip rule). Integrate first and pass final_sign=sign(a(∞)), e.g. "
@@ -37,7 +44,7 @@ def _final_sign(a0, delta, final_sign):
     final_sign = _checks._check(final_sign, lambda s: ~((s == 1) | (s == -1)),
                                 "final_sign must be +1 or -1.")
     return _checks._check(
-        final_sign, lambda s: (delta > 0) & (s != sign0),
+        final_sign, lambda s: (delta > margin) & (s != sign0),
         "implicit_bias: final_sign differs from sign(a₀) but δ > 0, so a cannot change sign "
         "(a² ≥ δ > 0, THEORY §2.4): the final sign given is impossible.")
 
@@ -85,11 +92,11 @@ def implicit_bias(model: AbstractModel, *, final_sign: Float[ArrayLike, ""] | No
                 "relative errors 1e-5 to 5e-2). Use width 1, or compare against the flow itself.")
         a0, w0 = model.second[0], model.first[0]
         delta = a0**2 - jnp.sum(w0**2)
-        sign = _final_sign(a0, delta, final_sign)
+        sign = _final_sign(a0, w0, final_sign)
         return SingleNeuronRegularizer(delta=delta, anchor=sign * w0)
     if isinstance(model, LeakyReLUNeuron):
         delta = model.a**2 - jnp.sum(model.w**2)
-        sign = _final_sign(model.a, delta, final_sign)
+        sign = _final_sign(model.a, model.w, final_sign)
         return LeakyNeuronRegularizer(delta=delta, anchor=sign * model.w,
                                       slope=jnp.asarray(model.slope, dtype=float), sign=sign)
     raise NoExactRegularizer(

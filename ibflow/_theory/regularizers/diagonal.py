@@ -59,12 +59,19 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
 
     @classmethod
     def from_scale_shape(cls, scale: Float[ArrayLike, "*d"], shape: Float[ArrayLike, "*d"] = 0.0,
-                         *, dim: int) -> "DiagonalNetRegularizer":
-        """Unbiased initialization with scale α and shape s (THEORY [AZ-7.1]):
-        ``k = 4α(1 + s²)/(1 − s²)``, ``w₀ = 0``."""
+                         *, dim: int | None = None) -> "DiagonalNetRegularizer":
+        """Unbiased initialization with scale α and shape s, scalars or per coordinate (THEORY
+        [AZ-7.1]): ``k = 4α(1 + s²)/(1 − s²)``, ``w₀ = 0``. `dim` is needed only when both are
+        scalars. Same arguments as `DiagonalNet.from_scale_shape`."""
         alpha, s = checked_scale_shape(scale, shape)
-        k = jnp.broadcast_to(4.0 * alpha * (1 + s**2) / (1 - s**2), (dim,))
-        return cls(k=k, w0=jnp.zeros(dim))
+        k = 4.0 * alpha * (1 + s**2) / (1 - s**2)
+        if k.ndim == 0:
+            if dim is None:
+                raise ValueError("pass dim=d when scale and shape are both scalars.")
+            k = jnp.broadcast_to(k, (dim,))
+        elif k.ndim != 1 or (dim is not None and k.shape != (dim,)):
+            raise ValueError(f"scale/shape must be scalars or vectors of length dim; got shape {k.shape}.")
+        return cls(k=k, w0=jnp.zeros_like(k))
 
     @classmethod
     def from_tied(cls, u_plus: Float[ArrayLike, " d"], u_minus: Float[ArrayLike, " d"]

@@ -1,0 +1,410 @@
+"""``python -m benchmarks [--quick] [--only NAME[,NAME...]] [--out DIR]``
+
+Runs the comparisons of issue 7 side by side in one process on the Figure 7.1 problem
+(THEORY §2.8: sparse regression d = 1000, n = 100, 5 shapes × 20 scales, unbiased diagonal net),
+prints ONE markdown table, and writes it as ``DIR/latest.{md,csv,json}`` (default
+``benchmarks/results``) with the machine description.
+
+Benchmarks (``--only``): ibflow, gd, scipy, minimizer, scaling, roofline. Target rows need the
+benchmarks they compare; a target whose inputs were not run is reported as "not run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import _common as C
+from . import gd_loop, ibflow_grid, minimizer, reference, roofline, scaling, scipy_loop
+from ._common import Row
+
+NAMES = ("ibflow", "gd", "scipy", "minimizer", "scaling", "roofline")
+
+
+class Settings:
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.runs = 2 if quick else 3
+        self.gd_budget_s = 5.0 if quick else 60.0
+        self.scipy_sample = 3 if quick else 5
+        self.scipy_cap_s = 5.0 if quick else 20.0
+        self.scipy_exact_cap_s = 2.0 if quick else 20.0
+        self.min_sizes = [(40, 8)] if quick else [(100, 10), (1000, 100)]
+        self.slsqp_cap_s = 5.0 if quick else 30.0
+        # Quick mode reuses the quick problem's compiled grid (same shapes): no new compiles.
+        self.scaling_configs = [6] if quick else [1, 10, 100, 1000, 10_000]
+        self.scaling_problem = (60, 12) if quick else (100, 10)
+        self.scaling_dims = [60] if quick else [300, 1000, 3000, 10_000]
+        self.scaling_dim_configs = 6 if quick else 10
+        self.scaling_n = 12 if quick else 100
+
+
+class Context:
+    """Lazily computed, shared measurements (so --only runs just what a benchmark needs)."""
+
+    def __init__(self, s: Settings):
+        self.s = s
+        self.p = C.problem(s.quick)
+
+    @functools.cached_property
+    def reference(self):
+        t0 = time.perf_counter()
+        w, how = reference.minimizers(self.p.X, self.p.y, self.p.alphas, self.p.shapes)
+        return dict(w=w, how=how, seconds=time.perf_counter() - t0)
+
+    @functools.cached_property
+    def ibflow(self):
+        return ibflow_grid.run(self.p, self.reference["w"], runs=self.s.runs)
+
+    @functools.cached_property
+    def gd(self):
+        return gd_loop.run(self.p, self.ibflow["vmap_gd_target"]["time"], self.reference["w"],
+                           budget_s=self.s.gd_budget_s)
+
+    @functools.cached_property
+    def scipy(self):
+        p, ref = self.p, self.reference["w"]
+        idx = C.sample(p.size, self.s.scipy_sample)
+        out = {}
+        for ode in ("parameters", "reduced"):
+            for method in ("RK45", "DOP853"):
+                per = [scipy_loop.solve(p.X, p.y, p.alphas[i], p.shapes[i], ode=ode,
+                                        method=method, target=C.GD_TARGET,
+                                        cap_s=self.s.scipy_cap_s) for i in idx]
+                out[(ode, method)] = dict(index=idx, runs=per)
+        # The exact-limit target with the strongest baseline, on the easiest sampled config.
+        i = idx[-1]
+        r = scipy_loop.solve(p.X, p.y, p.alphas[i], p.shapes[i], ode="reduced", method="DOP853",
+                             target=ibflow_grid.exact_target(p.y),
+                             cap_s=self.s.scipy_exact_cap_s)
+        out["exact"] = dict(index=i, run=r)
+        return out
+
+
+def _dist_summary(dist) -> str:
+    dist = np.asarray(dist, dtype=float)
+    return f"median {np.median(dist):.1e}, max {np.max(dist):.1e}"
+
+
+def _steps_summary(steps) -> str:
+    steps = np.asarray(steps, dtype=float)
+    return f"{steps.mean():.0f} mean / {steps.max():.0f} max"
+
+
+def rows_ibflow(ctx: Context) -> list[Row]:
+    p, r = ctx.p, ctx.ibflow
+    rows = [Row("0", f"reference: Theorem-1 minimizers ({ctx.reference['how']})", p.size,
+                run_s=ctx.reference["seconds"], note="wall incl. compile; dual form of [AZ-T1]")]
+    check = C.sample(p.size, 3)
+    own = np.stack([reference.benchmark_dual_newton(p.X, p.y, C.k_of(p.alphas[i], p.shapes[i]))
+                    for i in check])
+    rows.append(Row("0", "reference cross-check: benchmark_dual_newton (numpy) vs reference",
+                    len(check), dist=float(C.rel_dist(own, ctx.reference["w"][check]).max()),
+                    note="independent implementation; dist = max relative difference"))
+    s = r["single"]
+    rows.append(Row("3", "ibflow single flow (jit), exact limit", len(s["index"]),
+                    compile_s=s["compile_s"], run_s=float(np.sum(s["run_s"])),
+                    per_config_s=float(np.mean(s["run_s"])), steps=_steps_summary(s["steps"]),
+                    dist=float(np.max(s["dist"])),
+                    note=f"sampled configs {list(map(int, s['index']))}, one after another; "
+                         f"{_dist_summary(s['dist'])}"))
+    v = r["vmap"]
+    rows.append(Row("3", "ibflow grid, jax.vmap on one device, exact limit", p.size,
+                    compile_s=v["timing"].compile_s, run_s=v["timing"].run_s,
+                    per_config_s=v["timing"].run_s / p.size, steps=_steps_summary(v["steps"]),
+                    dist=float(np.max(v["dist"])),
+                    note=f"{v['converged']}/{p.size} converged; {_dist_summary(v['dist'])}"))
+    if "sweep" in r:
+        w = r["sweep"]
+        t = w["timing"]
+        rows.append(Row("3", "ibflow grid, ibflow.sweep (cost-ordered chunks), exact limit",
+                        p.size, compile_s=t.compile_s, run_s=t.run_s,
+                        per_config_s=t.run_s / p.size, steps=_steps_summary(w["steps"]),
+                        dist=float(np.max(w["dist"])),
+                        note=f"{w['converged']}/{p.size} converged; {_dist_summary(w['dist'])}; "
+                             f"lockstep efficiency {w['lockstep_efficiency']:.2f}; each call "
+                             f"re-compiles {t.recompile_s:.1f} s (not in run)"))
+    else:
+        rows.append(Row("3", "ibflow grid, ibflow.sweep", note="pending: ibflow.sweep missing"))
+    g = r["vmap_gd_target"]
+    rows.append(Row("3", "ibflow grid, jax.vmap, Tsit5 only, to GD's loss 1e-10", p.size,
+                    compile_s=g["timing"].compile_s, run_s=g["timing"].run_s,
+                    per_config_s=g["timing"].run_s / p.size, steps=_steps_summary(g["steps"]),
+                    dist=float(np.max(g["dist"])),
+                    note=f"1 run; gives the flow times T_i for the GD extrapolation; "
+                         f"{_dist_summary(g['dist'])}"))
+    # --- profile of the vmapped grid --------------------------------------------------------
+    prof, total = r["profile"], v["timing"].run_s
+    s1 = prof["phase1_steps"]
+    s2 = np.maximum(v["steps"] - s1, 0)
+    vf_s = prof["vector_field_batch_s"] * ibflow_grid.TSIT5_STAGES * s1.max()
+    phase2_s = max(total - prof["phase1_s"], 0.0)
+    rows += [
+        Row("3p", "profile: compile (vmapped grid)", p.size, compile_s=v["timing"].compile_s,
+            value=v["timing"].compile_s / (v["timing"].compile_s + total),
+            note="value = share of compile + one run"),
+        Row("3p", "profile: phase 1, explicit Tsit5 to L ≤ 1e16·target", p.size,
+            run_s=prof["phase1_s"], steps=_steps_summary(s1), value=prof["phase1_s"] / total,
+            note=f"value = share of the grid run; lockstep waste "
+                 f"{1 - s1.mean() / s1.max():.0%} (mean/max steps)"),
+        Row("3p", "profile: phase 1, batched vector field (6 evals × max steps)", p.size,
+            run_s=vf_s, value=vf_s / total,
+            note=f"one batched evaluation {prof['vector_field_batch_s'] * 1e3:.3g} ms; phase-1 "
+                 f"solver overhead = {max(prof['phase1_s'] - vf_s, 0):.3g} s"),
+        Row("3p", "profile: phase 2, implicit Kvaerno5 tail (total − phase 1)", p.size,
+            run_s=phase2_s, steps=_steps_summary(s2), value=phase2_s / total,
+            note=f"lockstep waste {1 - s2.mean() / max(s2.max(), 1):.0%}; Jacobians + Newton "
+                 "solves of an n×n system per stage"),
+        Row("3p", "profile: lockstep waste, whole grid in one vmap", p.size,
+            value=1 - (s1.mean() + s2.mean()) / (s1.max() + max(s2.max(), 1)),
+            note="1 − Σ mean steps / Σ max steps over the two phases"),
+    ]
+    if "sweep" in r:
+        rows.append(Row("3p", "profile: lockstep waste, ibflow.sweep", p.size,
+                        value=1 - r["sweep"]["lockstep_efficiency"],
+                        note="1 − sweep metadata 'lockstep_efficiency' (chunk padding included)"))
+    return rows
+
+
+def rows_gd(ctx: Context) -> list[Row]:
+    p, g = ctx.p, ctx.gd
+    rows = [Row("1", "GD loop (numpy), one iteration", 1, run_s=g["per_iteration_s"],
+                note="median of 3 × 2000 iterations, untied net, step 1e-3")]
+    for e in g["ran"]:
+        i = e["index"]
+        rows.append(Row("1", f"GD loop, config α={p.alphas[i]:.2g}, s={p.shapes[i]:g}", 1,
+                        run_s=e["seconds"], per_config_s=e["seconds"], steps=e["iterations"],
+                        dist=e["dist"],
+                        note=f"{'converged' if e['converged'] else 'NOT converged'} "
+                             f"(loss {e['loss']:.1e}); predicted T/η = {e['predicted']:.0f} "
+                             "iterations; loss checked every 1000"))
+    pred = g["predicted_iterations"]
+    rows.append(Row("1", "GD loop, whole grid to loss 1e-10 (EXTRAPOLATED)", p.size,
+                    run_s=g["grid_s_extrapolated"], per_config_s=g["grid_s_extrapolated"] / p.size,
+                    steps=f"{pred.mean():.3g} mean / {pred.max():.3g} max",
+                    note="s/iteration × Σ T_i/η (T_i = flow time to loss 1e-10 from ibflow); "
+                         f"slowest config ≈ {g['worst_config_s_extrapolated'] / 3600:.2g} h"))
+    return rows
+
+
+def _scipy_grid_estimate(ctx, runs):
+    secs = np.array([r["seconds"] for r in runs])
+    capped = any(r["capped"] for r in runs)
+    return secs.mean() * ctx.p.size, capped
+
+
+def rows_scipy(ctx: Context) -> list[Row]:
+    p, sc, ref = ctx.p, ctx.scipy, ctx.reference["w"]
+    rows = []
+    for (ode, method), e in ((k, v) for k, v in sc.items() if k != "exact"):
+        runs = e["runs"]
+        est, capped = _scipy_grid_estimate(ctx, runs)
+        dists = [float(C.rel_dist(r["w"], ref[i])) for r, i in zip(runs, e["index"])
+                 if r["w"] is not None]
+        steps = [r["steps"] for r in runs if not r["capped"]]
+        rows.append(Row(
+            "2", f"scipy solve_ivp {method}, {ode} ODE, to loss 1e-10 (grid EXTRAPOLATED)",
+            p.size, run_s=est, per_config_s=est / p.size,
+            steps=_steps_summary(steps) if steps else "",
+            dist=max(dists) if dists else None,
+            note=f"{'≥ (some configs capped at ' + str(ctx.s.scipy_cap_s) + ' s); ' if capped else ''}"
+                 f"mean over {len(runs)} sampled configs {list(map(int, e['index']))} × "
+                 f"{p.size}; per config "
+                 + ", ".join(f"{r['seconds']:.2g}" for r in runs) + " s; rtol 1e-10, atol 1e-14"))
+    ex = sc["exact"]
+    r, i = ex["run"], ex["index"]
+    rows.append(Row(
+        "2", "scipy solve_ivp DOP853, reduced ODE, to ibflow's exact target", 1,
+        run_s=r["seconds"], per_config_s=r["seconds"],
+        dist=float(C.rel_dist(r["w"], ref[i])) if r["w"] is not None else None,
+        note=(f"DID NOT REACH the target in {ctx.s.scipy_exact_cap_s:g} s (explicit solver at "
+              "its stability limit in the stiff tail); " if r["capped"] else "")
+        + f"config α={p.alphas[i]:.2g}, s={p.shapes[i]:g}"))
+    return rows
+
+
+def rows_minimizer(ctx: Context) -> list[Row]:
+    res = minimizer.run(ctx.s.min_sizes, runs=ctx.s.runs, cap_s=ctx.s.slsqp_cap_s)
+    rows = []
+    for e in res:
+        tag = f"d={e['d']}, n={e['n']}"
+        if e["available"]:
+            t = e["ibflow"]["timing"]
+            rows.append(Row("4", f"minimizer: ibflow dual Newton, {tag}", 1, compile_s=t.compile_s,
+                            run_s=t.run_s, steps=e["ibflow"]["steps"], dist=e["ibflow"]["dist"],
+                            note="dist vs benchmark_dual_newton; α=1e-4, s=0.5"))
+        else:
+            rows.append(Row("4", f"minimizer: ibflow dual Newton, {tag}",
+                            note="pending: ibflow.minimize_regularizer missing"))
+        sl = e["slsqp"]
+        rows.append(Row("4", f"minimizer: scipy SLSQP (tol 1e-7, exact gradients), {tag}", 1,
+                        run_s=sl["run_s"], steps=sl["steps"], dist=sl["dist"],
+                        note=("≥: stopped at the " + f"{ctx.s.slsqp_cap_s:g} s cap; "
+                              if sl["capped"] else "")
+                        + f"success={sl['success']}; median of {sl['runs']} run(s)"))
+        ctx.__dict__.setdefault("minimizer_results", []).append(e)
+    return rows
+
+
+def rows_scaling(ctx: Context) -> list[Row]:
+    s = ctx.s
+    res = scaling.run(s.scaling_configs, s.scaling_problem, s.scaling_dims,
+                      s.scaling_dim_configs, s.scaling_n, runs=1 if not s.quick else 1)
+    rows = []
+    for e in res["configs"]:
+        t = e["timing"]
+        rows.append(Row("5", f"scaling: configs = {e['count']} (d={e['d']}, n={e['n']}, CPU)",
+                        e["count"], compile_s=t.compile_s, run_s=t.run_s,
+                        per_config_s=t.run_s / e["count"],
+                        steps=f"{e['steps_mean']:.0f} mean / {e['steps_max']:.0f} max",
+                        value=e["count"] / t.run_s,
+                        note=f"value = flows/s; {e['converged']}/{e['count']} converged; "
+                             "configs tiled from the Fig. 7.1 grid; 1 timed run"))
+    for e in res["dims"]:
+        t = e["timing"]
+        rows.append(Row("5", f"scaling: d = {e['d']} (n={e['n']}, {e['count']} configs, CPU)",
+                        e["count"], compile_s=t.compile_s, run_s=t.run_s,
+                        per_config_s=t.run_s / e["count"],
+                        steps=f"{e['steps_mean']:.0f} mean / {e['steps_max']:.0f} max",
+                        note=f"{e['converged']}/{e['count']} converged; 1 timed run"))
+    if not res["gpu"]:
+        rows.append(Row("5", "scaling: GPU (10⁴ configs, d=1000)", note="no GPU available"))
+    ctx.__dict__["scaling_results"] = res
+    return rows
+
+
+def rows_roofline(ctx: Context) -> list[Row]:
+    p, r = ctx.p, ctx.ibflow
+    grid_key = "sweep" if "sweep" in r else "vmap"
+    rows = []
+    for key in ("vmap", grid_key) if grid_key != "vmap" else ("vmap",):
+        e = r[key]
+        flops = (float(np.sum(e["steps"])) * ibflow_grid.TSIT5_STAGES
+                 * ibflow_grid.vector_field_flops(p.n, p.d))
+        rate = flops / e["timing"].run_s
+        ctx.__dict__.setdefault("useful_rate", {})[key] = rate
+        rows.append(Row("6", f"roofline: useful rate of the grid ({key})", p.size,
+                        run_s=e["timing"].run_s, value=rate / 1e9,
+                        note=f"value = GFLOP/s; {flops:.3g} useful flops = Σ steps × 6 × "
+                             f"{ibflow_grid.vector_field_flops(p.n, p.d)} flops/eval"))
+    m_rate, m_s = roofline.matmul_rate(p.size, p.n, p.d, chained=True)
+    big = 512 if p.quick else 2048
+    b_rate, b_s = roofline.matmul_rate(big, big, big, runs=5)
+    ctx.__dict__["matmul_rate"] = max(m_rate, b_rate)
+    rows.append(Row("6", f"roofline: float64 matmul ({p.size}×{p.n})@({p.n}×{p.d}), the grid's "
+                    "Xᵀν shape", 1, run_s=m_s, value=m_rate / 1e9,
+                    note="value = GFLOP/s; 50 chained pairs (a·X)·Xᵀ in one compiled loop"))
+    rows.append(Row("6", f"roofline: float64 matmul {big}×{big}×{big}", 1, run_s=b_s,
+                    value=b_rate / 1e9, note="value = GFLOP/s"))
+    return rows
+
+
+def _target(name, ratio, target, passed, note="") -> Row:
+    return Row("T", name, value=ratio, target=target,
+               passed=None if passed is None else bool(passed), note=note)
+
+
+def rows_targets(ctx: Context, ran: set[str]) -> list[Row]:
+    rows = []
+    have = ctx.__dict__
+    grid_key = None
+    if "ibflow" in have:
+        grid_key = "sweep" if "sweep" in ctx.ibflow else "vmap"
+        grid_s = ctx.ibflow[grid_key]["timing"].run_s
+        label = "ibflow.sweep" if grid_key == "sweep" else "vmapped grid"
+    if grid_key and "gd" in have:
+        ratio = ctx.gd["grid_s_extrapolated"] / grid_s
+        rows.append(_target(f"grid to the exact limit ({label}) vs GD loop (extrapolated)",
+                            ratio, "≥ 1000×", ratio >= 1000,
+                            "GD stops at loss 1e-10, ibflow at the exact limit"))
+        ran_gd = ctx.gd["ran"]
+        if ran_gd:
+            idx = [e["index"] for e in ran_gd]
+            gd_d = np.array([e["dist"] for e in ran_gd])
+            ib_d = ctx.ibflow[grid_key]["dist"][idx]
+            ratios = gd_d / ib_d
+            rows.append(_target("limit points closer to argmin Q than GD's (same configs)",
+                                float(np.median(ratios)), "≥ 100×", bool(ratios.min() >= 100),
+                                f"median ratio; min {ratios.min():.3g} over {len(idx)} configs "
+                                "GD finished"))
+    else:
+        rows.append(_target("grid vs GD loop", None, "≥ 1000×", None, "not run"))
+    if grid_key and "scipy" in have:
+        best = min(((_scipy_grid_estimate(ctx, e["runs"])[0], k) for k, e in ctx.scipy.items()
+                    if k != "exact"))
+        ratio = best[0] / grid_s
+        rows.append(_target(f"grid to the exact limit ({label}) vs fastest scipy loop "
+                            f"({best[1][1]}, {best[1][0]})", ratio, "≥ 10×", ratio >= 10,
+                            "scipy stops at loss 1e-10 (it cannot reach the exact target), "
+                            "grid extrapolated from samples"))
+    else:
+        rows.append(_target("grid vs scipy loop", None, "≥ 10×", None, "not run"))
+    for e in have.get("minimizer_results", []):
+        if not e["available"]:
+            rows.append(_target(f"minimizer d={e['d']}, n={e['n']}", None, "", None, "pending"))
+            continue
+        t = e["ibflow"]["timing"].run_s
+        if (e["d"], e["n"]) == (1000, 100):
+            rows.append(_target("minimizer at d=1000, n=100: run time [ms]", t * 1e3, "≤ 50 ms",
+                                t <= 0.05))
+        ratio = e["slsqp"]["run_s"] / t
+        lower = "≥ " if e["slsqp"]["capped"] else ""
+        target = "≥ 1000×" if (e["d"], e["n"]) == (100, 10) else "(report)"
+        rows.append(_target(f"minimizer vs SLSQP at d={e['d']}, n={e['n']}", ratio, target,
+                            ratio >= 1000 if (e["d"], e["n"]) == (100, 10) else None,
+                            f"{lower}ratio of medians"))
+    if "useful_rate" in have and "matmul_rate" in have:
+        frac = max(ctx.useful_rate.values()) / ctx.matmul_rate
+        rows.append(_target("roofline: useful grid rate / measured float64 matmul rate",
+                            frac, "≥ 25%", frac >= 0.25,
+                            "denominator: the faster of the two matmuls of §6"))
+    else:
+        rows.append(_target("roofline", None, "≥ 25%", None, "not run"))
+    gpu = have.get("scaling_results", {}).get("gpu", C.has_gpu())
+    if not gpu:
+        rows.append(_target("GPU: 10⁴-config grid at d=1000, flows/s", None, "report", None,
+                            "no GPU available"))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    ap.add_argument("--only", default=",".join(NAMES),
+                    help=f"comma-separated subset of {', '.join(NAMES)}")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"),
+                    help="directory for latest.{md,csv,json}")
+    args = ap.parse_args(argv)
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = set(only) - set(NAMES)
+    if unknown:
+        ap.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(NAMES)}")
+    machine = C.machine()
+    ctx = Context(Settings(args.quick))
+    machine["problem"] = ("quick: " if args.quick else "Figure 7.1: ") + ctx.p.describe()
+    builders = {"ibflow": rows_ibflow, "gd": rows_gd, "scipy": rows_scipy,
+                "minimizer": rows_minimizer, "scaling": rows_scaling, "roofline": rows_roofline}
+    rows: list[Row] = []
+    t0 = time.perf_counter()
+    for name in NAMES:
+        if name in only:
+            t = time.perf_counter()
+            rows += builders[name](ctx)
+            print(f"[benchmarks] {name}: {time.perf_counter() - t:.1f} s", file=sys.stderr,
+                  flush=True)
+    rows += rows_targets(ctx, set(only))
+    machine["benchmark wall time [s]"] = round(time.perf_counter() - t0, 1)
+    paths = C.write(rows, machine, args.out)
+    print(C.markdown(rows, machine))
+    print("written: " + ", ".join(paths.values()), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""``differentiable_minimize``: the exact minimizer of an implicit regularizer with derivatives
+from the implicit function theorem on its KKT/dual system (THEORY §2.1 item 5, §2.3 [AZ-A],
+§2.4 [AZ-FC-Q], §2.5 [AZ-T4])."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import lineax as lx
+import optimistix as optx
+from jaxtyping import ArrayLike, Float
+
+from .. import _checks
+from .._theory.minimizer import MinimizerStatus, RegularizerMinimum, minimize_regularizer
+from .._theory.regularizers._stable import safe_norm
+from .._theory.regularizers.base import AbstractLegendreRegularizer, AbstractRegularizer
+from .._theory.regularizers.leaky_neuron import LeakyNeuronRegularizer
+from .._theory.regularizers.single_neuron import SingleNeuronRegularizer
+
+
+def _neuron_grad_inverse(delta, anchor, z):
+    """``(∇Q)⁻¹(z) = sqrt((‖u‖² + δ)₊)·u``, ``u = (2/3)z + anchor`` (THEORY [AZ-FC-Q] explicit
+    inverse), the same values as ``SingleNeuronRegularizer.grad_inverse`` but with finite
+    derivatives in δ: the radius ``r = sqrt(−δ)`` of the conic ball is formed with the
+    double-``where`` so that δ > 0 does not produce ``0·∞ = nan`` in ``∂/∂δ``."""
+    u = (2.0 / 3.0) * z + anchor
+    neg = delta < 0
+    r = jnp.where(neg, jnp.sqrt(jnp.where(neg, -delta, 1.0)), 0.0)
+    norm = safe_norm(u)
+    shifted = jnp.where(neg, jnp.maximum(norm - r, 0.0) * (norm + r), jnp.sum(u**2) + delta)
+    pos = shifted > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, shifted, 1.0)), 0.0) * u
+
+
+def _grad_inverse(Q, z):
+    """``Q.grad_inverse(z)`` with derivatives finite in every field of ``Q``."""
+    if isinstance(Q, (SingleNeuronRegularizer, LeakyNeuronRegularizer)):
+        return _neuron_grad_inverse(Q.delta, Q.anchor, z)
+    return Q.grad_inverse(z)
+
+
+def _primal(inputs):
+    """Dual Newton (``minimize_regularizer``); the root is ν, the rest rides along."""
+    Q, X, y, rtol, max_steps = inputs
+    out = minimize_regularizer(Q, X, y, rtol=rtol, max_steps=max_steps, throw=False)
+    return out.nu, out
+
+
+def _kkt(nu, _, inputs):
+    """The KKT/dual system in ν alone: ``X (∇Q)⁻¹(Xᵀν) − b = 0``, ``b = Q.interpolation_targets(y)``
+    (stationarity ``∇Q(w) = Xᵀν`` is built into ``w(ν) = (∇Q)⁻¹(Xᵀν)``). Its Jacobian in ν is
+    ``X ∇²Q*(Xᵀν) Xᵀ``: symmetric positive definite for a strictly convex ``Q`` away from the
+    conic point of the single neuron with δ < 0 (THEORY §2.4)."""
+    Q, X, y, _, _ = inputs
+    return X @ _grad_inverse(Q, X.T @ nu) - Q.interpolation_targets(y)
+
+
+@eqx.filter_jit
+def _differentiable_minimize(Q, X, y, rtol, max_steps):
+    nu, out = optx.internal.implicit_jvp(
+        _primal, _kkt, (Q, X, y, rtol, max_steps), frozenset({lx.positive_semidefinite_tag}),
+        lx.Cholesky())
+    # Re-attach w (and the certificate) to the differentiable ν: w = ∇Q*(Xᵀν) depends on Q and
+    # X both directly and through ν.
+    w = _grad_inverse(Q, X.T @ nu)
+    return RegularizerMinimum(w=w, nu=nu, feasibility=out.feasibility,
+                              stationarity=out.stationarity, steps=out.steps, status=out.status)
+
+
+def differentiable_minimize(
+    Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
+    rtol: Float[ArrayLike, ""] = 1e-13, max_steps: int = 200, throw: bool = True,
+) -> RegularizerMinimum:
+    """`ibflow.minimize_regularizer` whose result is differentiable (forward and reverse mode,
+    any order of first derivatives) in every array of `Q`, in `X` and in `y`.
+
+    The primal is the damped dual Newton of `minimize_regularizer`; derivatives are **not**
+    taken through its loop. At the solution the dual variable satisfies the KKT system
+    ``F(ν; Q, X, y) = X·(∇Q)⁻¹(Xᵀν) − b(y) = 0`` (THEORY §2.1 item 5: ``∇Q(w) = Xᵀν``,
+    ``Xw = b``), so by the implicit function theorem
+
+        ``dν = −(X ∇²Q*(Xᵀν) Xᵀ)⁻¹ · ∂F/∂(Q, X, y) · d(Q, X, y)``
+
+    and ``w = (∇Q)⁻¹(Xᵀν)`` is differentiated directly. One derivative costs one n×n Cholesky
+    solve plus n Jacobian-vector products of ``(∇Q)⁻¹`` — the cost of a single Newton step of
+    the minimizer (`optimistix.internal.implicit_jvp` with a lineax Cholesky solve; the
+    reverse mode is its transpose).
+
+    **Arguments:** as `ibflow.minimize_regularizer`; `Q` must be an
+    `AbstractLegendreRegularizer` (``(∇Q)⁻¹`` in closed form), e.g. from
+    `ibflow.implicit_bias`. `X` (n, d) with full row rank, `y` (n,).
+
+    **Returns:** a `RegularizerMinimum`; its ``w`` and ``nu`` carry the derivatives.
+
+    **Raises:** ``ValueError`` for a non-Legendre `Q` (``L1Norm`` has no unique smooth
+    minimizer to differentiate) or malformed data; with `throw`, a runtime error when the
+    minimizer did not converge (derivatives at an unconverged point are not those of the
+    limit).
+    """
+    if not isinstance(Q, AbstractLegendreRegularizer):
+        raise ValueError(f"differentiable_minimize needs a Legendre-type regularizer (closed-form "
+                         f"(∇Q)⁻¹); got {type(Q).__name__}.")
+    X, y = _checks.data(X, y)
+    if X.shape[0] > X.shape[1]:
+        raise ValueError(f"differentiable_minimize needs n <= d; got X of shape {X.shape}.")
+    out = _differentiable_minimize(Q, X, y, rtol, int(max_steps))
+    if throw:
+        out = eqx.error_if(out, out.status != MinimizerStatus.converged,
+                           "differentiable_minimize: the minimizer did not converge (see "
+                           "RegularizerMinimum.status; pass throw=False to read it).")
+    return out

@@ -1,0 +1,270 @@
+"""Liang & Montúfar (THEORY §3): wide shallow univariate networks trained by mirror flow converge
+to the solution of a variational problem, with L∞ error ~ n^{-1/2}.
+
+* ``mirror-relu`` (Fig. 1): ReLU nets, unscaled potentials φ₁ = x², φ₂ = |x|³+x², φ₃ = x⁴+x²,
+  vs [LM-G]; and gradient flow on five copies of the data with labels shifted by constants.
+* ``mirror-abs`` (Fig. 2): |·| nets, width-scaled potentials, vs [LM-B] for each φ; and the
+  distribution of |h''| of the three variational solutions.
+
+Data (THEORY §6 item 4 leaves it open): four (mirror-relu) or three (mirror-abs) points in [−1, 1], p_B = Unif(−2, 2),
+``a(0) = d(0) = 0``, learning rate ``η₀/n`` with η₀ = 1, ``SquareLoss`` (a mean: only rescales
+time). The three potentials are stacked `PolynomialPotential`s and several seeds are vmapped, so
+each width compiles one `integrate`. Widths are integrated with the explicit solver only (the
+state has 3n+1 entries) to ``L ≤ 1e-12 · mean(y²)/2``.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._flows.gradient import GradientFlow
+from .._flows.mirror import MirrorFlow
+from .._integrate import integrate
+from .._models.shallow import ShallowNet, UniformBias
+from .._potentials.polynomial import PolynomialPotential
+from .._potentials.scaling import Unscaled, WidthScaled
+from .._solution import Status
+from .._variational.abs import abs_variational
+from .._variational.relu import relu_variational
+from .registry import register
+
+X_DATA = np.array([-0.8, -0.3, 0.2, 0.7])
+Y_DATA = np.array([0.2, -0.1, 0.1, 0.3])
+#: mirror-abs uses three points: the scaled quartic potential multiplies the stiffness of the
+#: flow by max φ''(nΔa)/φ''(0) ≈ 36 here, and the 4-point kernel is 8× worse conditioned.
+ABS_X = np.array([-0.7, 0.0, 0.7])
+ABS_Y = np.array([0.1, -0.1, 0.2])
+BIAS = UniformBias(2.0)
+EVAL_GRID = np.linspace(-1.2, 1.2, 481)
+#: (c₂, c₃, c₄) of φ₁ = x², φ₂ = |x|³ + x², φ₃ = x⁴ + x²
+POTENTIALS = {"x^2": (1.0, 0.0, 0.0), "|x|^3+x^2": (1.0, 1.0, 0.0), "x^4+x^2": (1.0, 0.0, 1.0)}
+SHIFTS = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
+RELATIVE_TARGET = 1e-12
+SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
+
+
+def settings(full: bool, small: bool = False) -> dict:
+    """Widths and seeds: `small` for the notebook smoke test, default ≤ ~2 min, `full` larger."""
+    if small:
+        return dict(widths=[64, 256], seeds=1, gd_width=128)
+    if full:
+        return dict(widths=[64, 128, 256, 512, 1024, 2048, 4096, 8192], seeds=4, gd_width=4096)
+    return dict(widths=[64, 128, 256, 512, 1024, 2048], seeds=2, gd_width=1024)
+
+
+def _target(y):
+    return RELATIVE_TARGET * 0.5 * float(np.mean(np.asarray(y) ** 2))
+
+
+def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
+    """Mirror flow for the three potentials × `seeds` initializations at one width (one compile).
+
+    Returns ``(outputs on EVAL_GRID (potentials, seeds, G), statuses (potentials, seeds),
+    max_k |Δθ| (potentials, seeds))``.
+    """
+    key = jax.random.key(width) if key is None else key
+    nets = eqx.filter_vmap(lambda k: ShallowNet.init(width, activation=activation, bias=BIAS,
+                                                     key=k))(jax.random.split(key, seeds))
+    coeffs = jnp.array(list(POTENTIALS.values()))
+    scaling = WidthScaled(float(width)) if scaled else Unscaled()
+    X, y = jnp.asarray(data[0])[:, None], jnp.asarray(data[1])
+
+    def one(c, net):
+        flow = MirrorFlow(PolynomialPotential(c[0], c[1], c[2]), scaling=scaling,
+                          learning_rate=1.0 / width)
+        sol = integrate(net, X, y, flow=flow, target_loss=_target(data[1]), **SOLVE)
+        moved = jnp.max(jnp.abs(jnp.concatenate([sol.model.a - net.a, sol.model.b - net.b,
+                                                 sol.model.w - net.w])))
+        return jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)), sol.status, moved
+
+    run = jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))
+    outputs, status, moved = run(coeffs, nets)
+    return np.asarray(outputs), np.asarray(status == Status.converged), np.asarray(moved)
+
+
+def fit_slope(widths, errors):
+    slope, intercept = np.polyfit(np.log(widths), np.log(errors), 1)
+    return float(slope), float(intercept)
+
+
+def width_study(*, activation: str, scaled: bool, widths, seeds, references, data):
+    """L∞ errors ``(W, potentials, seeds)`` against `references` (potentials, G), NaN where a run
+    did not converge, plus the L∞ distance between the trained nets of different potentials."""
+    errors = np.full((len(widths), len(POTENTIALS), seeds), np.nan)
+    between = np.zeros(len(widths))
+    converged = np.zeros((len(widths), len(POTENTIALS), seeds), dtype=bool)
+    moved = np.zeros(len(widths))
+    for i, n in enumerate(widths):
+        out, ok, mv = train_width(n, activation=activation, scaled=scaled, seeds=seeds,
+                                  data=data, key=jax.random.key(n))
+        if i == len(widths) - 1:
+            last = out
+        err = np.max(np.abs(out - references[:, None, :]), axis=-1)
+        errors[i] = np.where(ok, err, np.nan)
+        converged[i] = ok
+        between[i] = np.max(np.abs(out[:, None] - out[None, :]))
+        moved[i] = np.max(mv)
+    return errors, converged, between, moved, last
+
+
+def _plot(path: Path, panels):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for ax, draw in zip(axes, panels):
+        draw(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _error_panel(widths, errors, slope, title):
+    def draw(ax):
+        mean = np.nanmean(errors, axis=2)
+        for j, name in enumerate(POTENTIALS):
+            ax.loglog(widths, mean[:, j], "o-", label=f"φ = {name}")
+        fit = np.exp(slope[1]) * np.asarray(widths, dtype=float) ** slope[0]
+        ax.loglog(widths, fit, "k--", label=f"fit: slope {slope[0]:.2f}")
+        ax.set_xlabel("width n")
+        ax.set_ylabel("L∞ error to the variational solution")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+
+    return draw
+
+
+def run_relu(out: Path, full: bool, small: bool = False) -> dict:
+    cfg = settings(full, small)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    g = relu_variational(X_DATA, Y_DATA, bias=BIAS)
+    ref = np.asarray(g(jnp.asarray(EVAL_GRID)))
+    refs = np.stack([ref] * len(POTENTIALS))  # unscaled: one limit for every φ ([LM-T1])
+    errors, converged, between, moved, out_big = width_study(
+        activation="relu", scaled=False, widths=cfg["widths"], seeds=cfg["seeds"], references=refs,
+        data=(X_DATA, Y_DATA))
+    slope = fit_slope(cfg["widths"], np.nanmean(errors, axis=(1, 2)))
+
+    # Gradient flow on five copies of the data with shifted labels (Fig. 1 right).
+    n = cfg["gd_width"]
+    net = ShallowNet.init(n, activation="relu", bias=BIAS, key=jax.random.key(1234))
+    X = jnp.asarray(X_DATA)[:, None]
+    ys = jnp.asarray(Y_DATA)[None, :] + jnp.asarray(SHIFTS)[:, None]
+    sols = jax.vmap(lambda yy: integrate(net, X, yy, flow=GradientFlow(),
+                                         target_loss=_target(Y_DATA), **SOLVE))(ys)
+    gd_out = np.asarray(jax.vmap(lambda m: jax.vmap(m)(jnp.asarray(EVAL_GRID)))(sols.model))
+    shift_refs = np.stack([np.asarray(relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
+        jnp.asarray(EVAL_GRID))) for yy in ys])
+    gd_err = np.max(np.abs(gd_out - shift_refs), axis=1)
+    # Shifting labels by c does NOT shift the learned function by c (𝒢₂, 𝒢₃ at work):
+    shape_change = np.max(np.abs(shift_refs - SHIFTS[:, None] - shift_refs[0]), axis=1)
+
+    big = -1
+
+    def functions(ax):
+        for j, name in enumerate(POTENTIALS):
+            ax.plot(EVAL_GRID, out_big[j, 0], lw=1, label=f"net, φ = {name}")
+        ax.plot(EVAL_GRID, ref, "k--", lw=1.5, label="variational [LM-G]")
+        ax.plot(X_DATA, Y_DATA, "ko")
+        ax.set_title(f"ReLU, unscaled, n = {cfg['widths'][big]}")
+        ax.legend(fontsize=8)
+
+    def shifted(ax):
+        for c, o, r in zip(SHIFTS, gd_out, shift_refs):
+            ax.plot(EVAL_GRID, o, lw=1)
+            ax.plot(EVAL_GRID, r, "k--", lw=0.8)
+            ax.plot(X_DATA, Y_DATA + c, "ko", ms=3)
+        ax.set_title(f"gradient flow, shifted labels (n = {n})")
+
+    _plot(out / "mirror_relu.png", [functions, _error_panel(cfg["widths"], errors, slope,
+                                                            "ReLU + unscaled φ"), shifted])
+    np.savez(out / "mirror_relu.npz", widths=np.asarray(cfg["widths"]), errors=errors,
+             converged=converged, between_potentials=between, moved=moved, grid=EVAL_GRID,
+             variational=ref, x=X_DATA, y=Y_DATA, shifts=SHIFTS, gd_outputs=gd_out,
+             gd_references=shift_refs)
+    summary = dict(
+        widths=list(cfg["widths"]), seeds=cfg["seeds"],
+        decades=float(np.log10(cfg["widths"][-1] / cfg["widths"][0])),
+        slope=slope[0], mean_linf_error=np.nanmean(errors, axis=(1, 2)).tolist(),
+        converged_fraction=float(converged.mean()),
+        linf_between_potentials_nets=between.tolist(),
+        linf_between_potentials_variational=0.0,
+        max_parameter_change=moved.tolist(),
+        gd_shift_linf_error=gd_err.tolist(), gd_width=n,
+        shift_changes_shape_linf=shape_change.tolist(),
+        gd_converged=bool(np.all(np.asarray(sols.status == Status.converged))),
+        seconds=time.time() - start)
+    (out / "mirror_relu.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def run_abs(out: Path, full: bool, small: bool = False) -> dict:
+    cfg = settings(full, small)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    sols = [abs_variational(ABS_X, ABS_Y, potential=PolynomialPotential(*c), bias=BIAS)
+            for c in POTENTIALS.values()]
+    refs = np.stack([np.asarray(s(jnp.asarray(EVAL_GRID))) for s in sols])
+    var_between = {f"{a} vs {b}": float(np.max(np.abs(refs[i] - refs[j])))
+                   for i, a in enumerate(POTENTIALS) for j, b in enumerate(POTENTIALS) if i < j}
+    errors, converged, between, moved, out_big = width_study(
+        activation="abs", scaled=True, widths=cfg["widths"], seeds=cfg["seeds"], references=refs,
+        data=(ABS_X, ABS_Y))
+    slope = fit_slope(cfg["widths"], np.nanmean(errors, axis=(1, 2)))
+
+    def functions(ax):
+        for j, name in enumerate(POTENTIALS):
+            line, = ax.plot(EVAL_GRID, out_big[j, 0], lw=1, label=f"net, φ = {name}")
+            ax.plot(EVAL_GRID, refs[j], "--", color=line.get_color(), lw=1.5)
+        ax.plot(ABS_X, ABS_Y, "ko")
+        ax.set_title(f"|·|, scaled φ, n = {cfg['widths'][-1]} (dashed: [LM-B])")
+        ax.legend(fontsize=8)
+
+    def curvature(ax):
+        for s, name in zip(sols, POTENTIALS):
+            ax.hist(np.abs(np.asarray(s.curvature)), bins=60, histtype="step", density=True,
+                    label=f"φ = {name}")
+        ax.set_yscale("log")
+        ax.set_xlabel("|h''(x)|, x uniform on supp p_B")
+        ax.set_title("curvature of the variational solutions")
+        ax.legend(fontsize=8)
+
+    _plot(out / "mirror_abs.png", [functions, _error_panel(cfg["widths"], errors, slope,
+                                                           "|·| + scaled φ"), curvature])
+    np.savez(out / "mirror_abs.npz", widths=np.asarray(cfg["widths"]), errors=errors,
+             converged=converged, between_potentials=between, moved=moved, grid=EVAL_GRID,
+             variational=refs, x=ABS_X, y=ABS_Y,
+             curvature=np.stack([np.asarray(s.curvature) for s in sols]),
+             curvature_grid=np.asarray(sols[0].grid))
+    summary = dict(
+        widths=list(cfg["widths"]), seeds=cfg["seeds"],
+        decades=float(np.log10(cfg["widths"][-1] / cfg["widths"][0])),
+        slope=slope[0], mean_linf_error=np.nanmean(errors, axis=(1, 2)).tolist(),
+        converged_fraction=float(converged.mean()),
+        linf_between_potentials_nets=between.tolist(),
+        linf_between_potentials_variational=var_between,
+        variational_converged=[bool(s.status == Status.converged) for s in sols],
+        max_abs_curvature=[float(np.max(np.abs(np.asarray(s.curvature)))) for s in sols],
+        max_parameter_change=moved.tolist(), seconds=time.time() - start)
+    (out / "mirror_abs.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+@register("mirror-relu", help="Liang–Montúfar Fig. 1: ReLU nets, unscaled mirror potentials vs "
+          "the variational problem [LM-G]; L∞ error vs width; GF on shifted labels.")
+def mirror_relu(out: Path, full: bool) -> dict:
+    return run_relu(out, full)
+
+
+@register("mirror-abs", help="Liang–Montúfar Fig. 2: |·| nets, width-scaled potentials vs the "
+          "Bregman variational problem [LM-B]; L∞ error vs width; |h''| distributions.")
+def mirror_abs(out: Path, full: bool) -> dict:
+    return run_abs(out, full)

@@ -1,0 +1,147 @@
+"""Local-file loaders (MNIST IDX, CIFAR-10 python batches), checksums, digits, binary tasks.
+The tests write tiny files in the real formats; nothing is downloaded."""
+
+import gzip
+import hashlib
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+import ibflow
+from ibflow.data import (
+    binary_task, digits, gaussian_mixture, load_cifar10, load_mnist, near_orthogonality, read_idx,
+)
+
+
+def _idx_bytes(array: np.ndarray) -> bytes:
+    # Magic: 0x00 0x00, type 0x08 (uint8), ndim; then big-endian int32 sizes (LeCun's format).
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def _write_mnist(root, n=6, compress=True, split_stems=("train-images-idx3-ubyte",
+                                                        "train-labels-idx1-ubyte")):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, n, dtype=np.uint8)
+    paths = []
+    for stem, arr in zip(split_stems, (images, labels)):
+        data = _idx_bytes(arr)
+        path = root / (stem + (".gz" if compress else ""))
+        path.write_bytes(gzip.compress(data) if compress else data)
+        paths.append(path)
+    return images, labels, paths
+
+
+def test_mnist_idx_roundtrip_gz_and_raw(tmp_path):
+    images, labels, paths = _write_mnist(tmp_path, compress=False)
+    got_x, got_y = load_mnist(tmp_path)  # uncompressed files: no published digest, unchecked
+    np.testing.assert_array_equal(got_x, images)
+    np.testing.assert_array_equal(got_y, labels)
+    gz = tmp_path / "gz"
+    gz.mkdir()
+    images, labels, paths = _write_mnist(gz, compress=True)
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    got_x, got_y = load_mnist(gz, checksums=sums)
+    np.testing.assert_array_equal(got_x, images)
+    np.testing.assert_array_equal(got_y, labels)
+    # Same name as the official files, different content: the published md5 rejects it.
+    with pytest.raises(ValueError, match="checksum mismatch.*train-images-idx3-ubyte.gz"):
+        load_mnist(gz)
+    np.testing.assert_array_equal(load_mnist(gz, verify_checksums=False)[1], labels)
+    # A sidecar file is honoured (md5 here).
+    for p in paths:
+        p.with_name(p.name + ".md5").write_text(hashlib.md5(p.read_bytes()).hexdigest() + "  "
+                                                + p.name)
+    np.testing.assert_array_equal(load_mnist(gz)[0], images)
+
+
+def test_mnist_errors(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        load_mnist(tmp_path, split="test")
+    message = str(info.value)
+    assert str(tmp_path) in message
+    assert "t10k-images-idx3-ubyte[.gz]" in message and "t10k-labels-idx1-ubyte[.gz]" in message
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x01\x02\x08\x01" + struct.pack(">i", 3) + b"abc")
+    with pytest.raises(ValueError, match="magic"):
+        read_idx(bad)
+    short = tmp_path / "short"
+    short.write_bytes(bytes([0, 0, 8, 1]) + struct.pack(">i", 5) + b"ab")
+    with pytest.raises(ValueError, match="holds 2 bytes"):
+        read_idx(short)
+    _, _, paths = _write_mnist(tmp_path, compress=True)
+    with pytest.raises(ValueError, match="mismatch"):
+        load_mnist(tmp_path, checksums={paths[0].name: "0" * 64})
+    with pytest.raises(ValueError, match="split"):
+        load_mnist(tmp_path, split="val")
+
+
+def _write_cifar(root, names, n=4):
+    rng = np.random.default_rng(1)
+    out = {}
+    for name in names:
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        labels = [int(v) for v in rng.integers(0, 10, n)]
+        with open(root / name, "wb") as f:
+            pickle.dump({b"batch_label": b"x", b"data": data, b"labels": labels}, f)
+        out[name] = (data, labels)
+    return out
+
+
+def test_cifar_batches(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    written = _write_cifar(folder, ["test_batch"])
+    sums = {"test_batch": hashlib.md5((folder / "test_batch").read_bytes()).hexdigest()}
+    images, labels = load_cifar10(tmp_path, split="test", checksums=sums)  # parent folder works
+    data, lab = written["test_batch"]
+    assert images.shape == (4, 32, 32, 3) and images.dtype == np.uint8
+    np.testing.assert_array_equal(labels, lab)
+    # Channel-major rows: red plane first; pixel (r, c) of channel k is data[1024k + 32r + c].
+    for k, (r, c) in enumerate([(0, 0), (5, 7), (31, 30)]):
+        np.testing.assert_array_equal(images[:, r, c, k], data[:, 1024 * k + 32 * r + c])
+    with pytest.raises(ValueError, match="checksum mismatch.*test_batch"):
+        load_cifar10(folder, split="test")  # the published md5 rejects the fake batch
+    with pytest.raises(FileNotFoundError) as info:
+        load_cifar10(folder, split="train", verify_checksums=False)
+    assert str(folder) in str(info.value) and "data_batch_1" in str(info.value)
+    _write_cifar(folder, [f"data_batch_{k}" for k in range(1, 6)])
+    images, labels = load_cifar10(folder, verify_checksums=False)
+    assert images.shape == (20, 32, 32, 3) and labels.shape == (20,)
+    (folder / "data_batch_3").write_bytes(pickle.dumps({"nope": 1}))
+    with pytest.raises(ValueError, match="python batch"):
+        load_cifar10(folder, verify_checksums=False)
+
+
+def test_official_tables_are_md5_digests():
+    for table in (ibflow.data.MNIST_MD5, ibflow.data.CIFAR10_MD5):
+        assert all(len(v) == 32 and int(v, 16) >= 0 for v in table.values())
+
+
+def test_binary_task_and_digits():
+    images = np.arange(10 * 4).reshape(10, 2, 2).astype(np.uint8)
+    labels = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
+    task = binary_task(images, labels, positive=0, negative=(1,), n=4, n_test=2, seed=3)
+    assert task.X.shape == (4, 4) and task.X_test.shape == (2, 4)
+    assert float(task.y.sum()) == 0.0  # balanced
+    # Each row is one of the selected images / 255 with the matching label.
+    for x, y in zip(np.asarray(task.X), np.asarray(task.y)):
+        idx = int(round(x[0] * 255)) // 4
+        assert labels[idx] == (0 if y > 0 else 1)
+        np.testing.assert_allclose(x * 255, images[idx].ravel())
+    with pytest.raises(ValueError, match="overlap"):
+        binary_task(images, labels, positive=0, negative=(0, 1))
+    d = digits(n=50, n_test=20)
+    assert d.X.shape == (50, 64) and float(d.X.min()) >= 0 and float(d.X.max()) <= 1
+    assert set(np.unique(np.asarray(d.y))) == {-1.0, 1.0}
+    # Digits are far from orthogonal; the seed mixture is close to it (THEORY §4.1).
+    assert float(near_orthogonality(d.X)) > 10
+    import jax
+
+    mix = gaussian_mixture(jax.random.key(0))
+    assert mix.X.shape == (10, 784) and float(near_orthogonality(mix.X)) < 2
+    noise = np.asarray(mix.X - mix.y[:, None] * mix.mean)
+    assert abs(noise.std() - 1.0) < 0.02 and abs(float(np.linalg.norm(mix.mean)) - 0.28) < 0.05

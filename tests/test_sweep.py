@@ -1,0 +1,150 @@
+"""Sweep engine: limits, per-member statuses, resumable results, multiple devices."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import ibflow
+
+N, D = 12, 40
+SCRIPT = textwrap.dedent("""
+    import sys, jax, numpy as np, ibflow
+    data = ibflow.data.sparse_regression(jax.random.key(7), n={N}, d={D}, k=3)
+    grid = ibflow.Grid(scale=np.logspace(-4, 0, {scales}), shape=[0.0, 0.6])
+    build = lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(scale, shape, dim={D})
+    res = ibflow.sweep(build, grid, data, out=sys.argv[1], chunk_size=4, progress=False,
+                       rtol=1e-6, atol=1e-10)
+    print("devices", len(jax.devices()), "converged", int(res.converged.sum()))
+""")
+
+
+def _script(tmp_path, scales):
+    path = tmp_path / "run_sweep.py"
+    path.write_text(SCRIPT.format(N=N, D=D, scales=scales))
+    return path
+
+
+def _env(tmp_path, extra=None):
+    # Subprocesses share a persistent compilation cache: only the first one compiles.
+    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path.parent / "jax-cache"),
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    return dict(os.environ) | cache | (extra or {})
+
+
+def _run(script, out, env_extra=None):
+    env = _env(Path(script).parent, env_extra)
+    return subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def small_sweep():
+    data = ibflow.data.sparse_regression(jax.random.key(7), n=N, d=D, k=3)
+    grid = ibflow.Grid(scale=np.logspace(-4, 0, 4), shape=[0.0, 0.6])
+    res = ibflow.sweep(lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(
+        scale, shape, dim=D), grid, data, chunk_size=2, progress=False, rtol=1e-6, atol=1e-10)
+    return data, grid, res
+
+
+def test_sweep_limits_match_theorem_1(small_sweep):
+    # The loose path tolerance does not move the limit: compare with the dual minimizer.
+    data, grid, res = small_sweep
+    assert res.converged.all()
+    for i, scale in enumerate(grid.axes["scale"]):
+        for j, shape in enumerate(grid.axes["shape"]):
+            model = ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=D)
+            ref = ibflow.minimize_regularizer(ibflow.implicit_bias(model), data.X, data.y).w
+            w = res["predictor"][i, j]
+            assert np.linalg.norm(w - ref) <= 1e-8 * np.linalg.norm(ref)
+
+
+def test_sweep_equals_individual_integrations(small_sweep):
+    data, grid, res = small_sweep
+    model = ibflow.DiagonalNet.from_scale_shape(grid.axes["scale"][2], 0.6, dim=D)
+    sol = ibflow.integrate(model, data.X, data.y, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(res["predictor"][2, 1], sol.predictor, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res["test_error"][2, 1], data.test_error(sol.predictor), rtol=1e-12)
+    l1 = ibflow.min_l1_interpolant(data.X, data.y)
+    np.testing.assert_allclose(res["distance_min_l1"][2, 1],
+                               np.linalg.norm(sol.predictor - l1) / np.linalg.norm(l1), rtol=1e-9)
+
+
+def test_failing_member_reported_while_others_complete():
+    data = ibflow.data.sparse_regression(jax.random.key(7), n=N, d=D, k=3)
+    # A time budget of 1e-12 stops a member after its first step.
+    grid = ibflow.Grid(scale=[1e-3, 0.1], t_max=[1e14, 1e-12])
+    res = ibflow.sweep(lambda scale: ibflow.DiagonalNet.from_scale_shape(scale, 0.0, dim=D),
+                       grid, data, chunk_size=4, progress=False, rtol=1e-6, atol=1e-10)
+    codes = res.metadata["status_codes"]
+    assert (res["status"][:, 0] == codes["converged"]).all()
+    assert (res["status"][:, 1] == codes["budget_exhausted"]).all()
+    assert (res["steps"][:, 1] <= 1).all()
+
+
+def test_results_directory_is_readable_without_ibflow(small_sweep, tmp_path):
+    data, grid, _ = small_sweep
+    out = tmp_path / "res"
+    ibflow.sweep(lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=D),
+                 grid, data, out=out, chunk_size=2, progress=False, rtol=1e-6, atol=1e-10)
+    import json
+
+    meta = json.loads((out / "sweep.json").read_text())
+    with np.load(out / "results.npz") as f:
+        assert f["predictor"].shape == (4, 2, D)
+        np.testing.assert_array_equal(f["axis_scale"], grid.axes["scale"])
+    assert meta["config"]["axes"]["shape"] == [0.0, 0.6]
+    assert meta["versions"]["jax"] == jax.__version__
+    assert len(list((out / "chunks").glob("chunk-*.npz"))) == 4
+    with pytest.raises(ValueError, match="holds a different sweep"):
+        ibflow.sweep(lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(
+            scale, shape, dim=D), ibflow.Grid(scale=[0.1], shape=[0.0]), data, out=out,
+            progress=False)
+
+
+def test_sigkill_resume_is_byte_identical(tmp_path):
+    script = _script(tmp_path, scales=16)  # 32 members, 8 chunks of 4
+    reference = tmp_path / "uninterrupted"
+    assert _run(script, reference).returncode == 0
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=_env(tmp_path))
+    chunks = out / "chunks"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(chunks.glob("chunk-*.npz"))) < 3:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    survivors = {p.name: p.stat().st_mtime_ns for p in chunks.glob("chunk-*.npz")}
+    assert 3 <= len(survivors) < 8, "kill the sweep mid-run"
+    assert not (out / "results.npz").exists()
+    assert _run(script, out).returncode == 0
+    for name, mtime in survivors.items():  # finished chunks were not recomputed
+        assert (chunks / name).stat().st_mtime_ns == mtime
+    for name in ["results.npz"] + [f"chunks/chunk-{i:05d}.npz" for i in range(8)]:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_four_simulated_devices_match_one(tmp_path):
+    script = _script(tmp_path, scales=4)
+    one, four = tmp_path / "one", tmp_path / "four"
+    r1 = _run(script, one, {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+    r4 = _run(script, four, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert r1.returncode == 0 and r4.returncode == 0, r4.stderr[-2000:]
+    assert "devices 4" in r4.stdout and "devices 1" in r1.stdout
+    # Statuses and step counts are identical; values agree to a few ulps (the partitioned
+    # program reassociates some float64 sums: bitwise identity across device counts is not
+    # guaranteed by XLA).
+    with np.load(one / "results.npz") as a, np.load(four / "results.npz") as b:
+        for k in ("status", "steps", "axis_scale", "axis_shape"):
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        for k in ("predictor", "test_error", "distance_min_l1", "distance_min_l2"):
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-13, atol=1e-15, err_msg=k)
+        assert np.all(b["loss"] <= 1e-20)
