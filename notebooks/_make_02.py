@@ -47,8 +47,8 @@ import numpy as np
 import ibflow
 
 SMALL = os.environ.get("IBFLOW_SMALL") == "1"
-n, d, k = (8, 24, 2) if SMALL else (30, 120, 4)
-alphas = np.logspace(-4, 1, 4 if SMALL else 11)
+n, d, k = (12, 30, 3) if SMALL else (30, 120, 4)
+alphas = np.logspace(-8, 1, 4 if SMALL else 10)
 shapes = np.array([0.0, 0.6, 0.95] if SMALL else [0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99])
 data = ibflow.data.sparse_regression(jax.random.key(0), n=n, d=d, k=k, noise=0.0, n_test=200)
 X, y = data.X, data.y

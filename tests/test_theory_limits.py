@@ -23,8 +23,9 @@ def _relative(a, b):
 
 @eqx.filter_jit
 def _flows(models, X, y, method="auto"):
-    return eqx.filter_vmap(lambda m, X, y: ibflow.integrate(m, X, y, throw=False, method=method)
-                           )(models, X, y)
+    # A step budget well above what converging runs need (≤ ~1e4) keeps a stalled run short.
+    return eqx.filter_vmap(lambda m, X, y: ibflow.integrate(
+        m, X, y, throw=False, method=method, max_steps=30_000))(models, X, y)
 
 
 def _minimize(Q, X, y):
@@ -137,13 +138,16 @@ def test_theorem2_flow_matches_minimizer_with_flip_rule(getkey):
 # --- Theorem 4 ---------------------------------------------------------------------------------
 
 def _leaky_problems(key, gamma):
-    """Six lazy-to-moderate inits (α ∈ [0.1, 10]) with targets of both signs whose activation
-    pattern agrees with the initial one, and four rich inits (α ∈ {1e-3, 1e-2}) with targets
-    of sign sign(a₀). Both kinds avoid the Filippov sliding mode that stalls adaptive solvers
-    (see `LeakyNeuronRegularizer`): sliding on ⟨w̃, xᵢ⟩ = 0 needs sign(a)·yᵢ < 0 there."""
-    alphas = jnp.array([0.1, 0.3, 1.0, 3.0, 10.0, 1.0, 1e-3, 1e-2, 1e-3, 1e-2])
-    shapes = jnp.array([0.0, 0.5, -0.5, 0.9, -0.9, 0.95, 0.0, 0.5, -0.5, 0.9])
-    same_sign = jnp.arange(10) >= 6
+    """Five lazy inits (α ∈ [2, 10]) with targets of both signs whose activation pattern agrees
+    with the initial one, and five richer inits (α ∈ [1e-3, 1]) with targets of sign sign(a₀).
+
+    Both kinds avoid the Filippov sliding mode in which adaptive solvers stall (see
+    `LeakyNeuronRegularizer`): sliding on ⟨w̃, xᵢ⟩ = 0 needs sign(a)·yᵢ < 0 there, which the
+    second kind excludes and the near-straight lazy paths of the first kind do not reach. With
+    generic realizable targets about half of the α ≤ 1 runs slide and stall."""
+    alphas = jnp.array([2.0, 3.0, 5.0, 7.0, 10.0, 1e-3, 1e-2, 0.1, 1.0, 1e-3])
+    shapes = jnp.array([0.0, 0.5, -0.5, 0.9, -0.9, 0.0, 0.5, -0.5, 0.95, -0.9])
+    same_sign = jnp.arange(10) >= 5
 
     def one(k, alpha, s, only_positive):
         kx, km, kz = jax.random.split(k, 3)
@@ -172,7 +176,7 @@ def test_theorem4_flow_matches_minimizer(getkey):
     assert np.max(err) < TOL, err
     # The affine set matters: the targets transformed by σ⁻¹ differ from y for negative targets.
     b = eqx.filter_vmap(lambda Q, y: Q.interpolation_targets(y))(Q, y)
-    assert np.max(np.abs(np.asarray(b - y))[:6]) > 0.1
+    assert np.max(np.abs(np.asarray(b - y))[:5]) > 0.1
 
 
 # --- regime limits -----------------------------------------------------------------------------

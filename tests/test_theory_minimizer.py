@@ -101,7 +101,9 @@ def test_extreme_parameters_converge_with_certificate(getkey):
     w0 = jax.random.normal(getkey(), (30,))
     extremes += [ibflow.SingleNeuronRegularizer.from_layers(a, w0, final_sign=s)
                  for a, s in ((1e3, 1.0), (1e-3, 1.0), (1e-3, -1.0))]
-    extremes += [ibflow.SingleNeuronRegularizer.from_layers(1.0, 100.0 * w0, final_sign=1.0)]
+    unit = w0 / jnp.linalg.norm(w0)  # δ ≈ −400: α = 10, s = −0.95 in scale/shape form
+    extremes += [ibflow.SingleNeuronRegularizer.from_layers(0.5, 20.0 * unit, final_sign=s)
+                 for s in (1.0, -1.0)]
     for Q in extremes:
         res = ibflow.minimize_regularizer(Q, X, y)
         assert bool(res.converged)

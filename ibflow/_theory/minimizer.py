@@ -100,16 +100,27 @@ def _dual_newton(Q, X, b, rtol, max_steps):
 
         def cond(carry):
             t, accepted = carry
-            return (~accepted) & (t > 1e-20)
+            return (~accepted) & (t > 1e-300)
+
+        step_z = X.T @ direction
+
+        def acceptable(t):
+            trial = nu + t * direction
+            f_new = dual(trial)
+            # Also require curvature along the step at the trial point: this keeps the
+            # iterates where Q* is strictly convex (outside the flat subdifferential ball of a
+            # conic point, e.g. the single neuron with δ < 0, THEORY §2.4), where the Newton
+            # model is meaningful; the minimizer lies there whenever b ≠ 0.
+            _, dw = jax.jvp(Q.grad_inverse, (X.T @ trial,), (step_z,))
+            curved = jnp.dot(step_z, dw) > 0
+            return jnp.isfinite(f_new) & curved & (f_new <= f + 1e-4 * t * slope + slack)
 
         def body(carry):
             t, _ = carry
             t = t / 2
-            f_new = dual(nu + t * direction)
-            return t, jnp.isfinite(f_new) & (f_new <= f + 1e-4 * t * slope + slack)
+            return t, acceptable(t)
 
-        f1 = dual(nu + direction)
-        ok1 = jnp.isfinite(f1) & (f1 <= f + 1e-4 * slope + slack)
+        ok1 = acceptable(jnp.ones(()))
         t, accepted = jax.lax.while_loop(cond, body, (jnp.ones(()), ok1))
         return t, accepted & (slope < 0)
 
@@ -166,7 +177,7 @@ def _minimize_l1(X, b):
 
 def minimize_regularizer(
     Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
-    rtol: Float[ArrayLike, ""] = 1e-13, max_steps: int = 200, throw: bool = True,
+    rtol: Float[ArrayLike, ""] = 1e-13, max_steps: int = 500, throw: bool = True,
 ) -> RegularizerMinimum:
     """``argmin Q(w)`` over the interpolation set ``{w : Xw = b}``, ``b = Q.interpolation_targets(y)``
     (``b = y`` except for the leaky neuron, THEORY [AZ-T4]), with a certificate.
