@@ -38,9 +38,6 @@ import os
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 

@@ -77,11 +77,12 @@ def test_stable_rank_and_near_orthogonality_against_numpy(getkey):
 
 
 @pytest.mark.slow
-def test_reduced_flow_matches_full_parameter_warped_integrate(getkey):
-    """The reduced ODE (state C, m×n) against `ibflow.integrate` on all m·d parameters with
-    `WarpedFlow(GradientFlow(), 1/L)`: both stop at the same loss level, same final W."""
-    data = gaussian_mixture(getkey(), n=4, d=30, sigma_p=0.3)
-    model = ibflow.TwoLayerClassifier.init(dim=30, width=6, init_std=0.3, slope=0.5,
+@pytest.mark.parametrize("n, d", [(4, 30), (12, 5)])
+def test_reduced_flow_matches_full_parameter_warped_integrate(getkey, n, d):
+    """The classification flow (span coordinates C when n ≤ d, W itself when n > d) against
+    `ibflow.integrate` on all parameters with `WarpedFlow(GradientFlow(), 1/L)`, same clock τ."""
+    data = gaussian_mixture(getkey(), n=n, d=d, sigma_p=0.3)
+    model = ibflow.TwoLayerClassifier.init(dim=d, width=6, init_std=0.3, slope=0.5,
                                            train_second=True, bias=True, key=getkey())
     tau = jnp.linspace(0.0, 1.5, 7)  # warped clock τ, dt/dτ = 1/L; both solves stop at τ = 1.5
     mine = ibflow.classification_flow(model, data.X, data.y, target_loss=1e-30, clock="warped",

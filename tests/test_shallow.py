@@ -55,9 +55,11 @@ def test_gradient_flow_invariants_and_lazy_mirror_flow(getkey):
     X = jnp.array([[-0.8], [-0.3], [0.2], [0.7]])
     y = jnp.array([0.2, -0.1, 0.1, 0.3])
     net = ib.ShallowNet.init(16, output_std=1.0, key=getkey())
+    # Integrate GF on [0, 1] only (t_max = 1: the status is then budget_exhausted by design).
     sol = ib.integrate(net, X, y, save_at=jnp.array([0.0, 0.5, 1.0]), rtol=1e-10,
-                       stiff_solver=None, target_loss=1e-8, throw=False)
-    assert sol.converged
+                       stiff_solver=None, t_max=1.0, throw=False)
+    assert bool(jnp.all(jnp.isfinite(sol.trajectory.loss)))
+    assert float(sol.trajectory.loss[-1]) < float(sol.trajectory.loss[0])
     inv = sol.trajectory.invariants["balance"]
     np.testing.assert_allclose(inv, jnp.broadcast_to(inv[0], inv.shape), atol=1e-8)
     assert float(jnp.max(jnp.abs(sol.model.a - net.a))) > 1e-2  # it did train

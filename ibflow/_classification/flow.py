@@ -5,7 +5,8 @@ efficient while ``‖θ‖ → ∞`` (THEORY §4.0–4.1, §2.2 [AZ-WARP]).
 pre-activations ``Pⱼᵢ = ⟨wⱼ, xᵢ⟩ + bⱼ``. So under gradient flow ``W(t) = W(0) + C(t) X`` with
 ``C ∈ ℝ^{m×n}``, ``dC/dt = −D``, and ``P = W(0)Xᵀ + C G + b1ᵀ`` with the Gram matrix ``G = XXᵀ``.
 The ODE state is ``C`` (m·n numbers, not m·d: 1 000 instead of 78 400 for the seed) plus ``a``/``b``
-when trained, plus the real time t.
+when trained, plus the real time t. When n > d the span coordinates are no cheaper, and the state
+holds ``W − W(0)`` instead (same ODE).
 
 **Clocks.** Plain gradient flow needs real time ``t ~ 1/L`` to reach loss L; every clock below
 runs the same path (THEORY §2.2: a positive scalar factor g on the velocity only reparametrizes
@@ -92,15 +93,19 @@ class ClassifierReducedDynamics(eqx.Module):
     pre0: Float[Array, "m n"]
     loss_fn: AbstractLoss
     clock: Clock = eqx.field(static=True)
+    reduced: bool = eqx.field(static=True)
 
     def __init__(self, initial, X, y, loss_fn, clock):
         self.initial, self.X, self.y, self.loss_fn, self.clock = initial, X, y, loss_fn, clock
+        # With more examples than dimensions (n > d) the span coordinates C cost m·n² per step
+        # instead of m·n·d: then integrate W itself ("c" holds W − W(0), Gram unused).
+        self.reduced = X.shape[0] <= X.shape[1]
         self.gram = X @ X.T
         self.pre0 = initial.first @ X.T
 
     def initial_state(self):
-        m, n = self.pre0.shape
-        state = {"c": jnp.zeros((m, n), dtype=self.X.dtype), "t": jnp.zeros((), self.X.dtype)}
+        shape = self.pre0.shape if self.reduced else self.initial.first.shape
+        state = {"c": jnp.zeros(shape, dtype=self.X.dtype), "t": jnp.zeros((), self.X.dtype)}
         if self.initial.train_second:
             state["a"] = self.initial.second
         if self.initial.bias is not None:
@@ -113,7 +118,7 @@ class ClassifierReducedDynamics(eqx.Module):
         return state["c"], a, b
 
     def _pre(self, c, b):
-        pre = self.pre0 + c @ self.gram
+        pre = self.pre0 + (c @ self.gram if self.reduced else c @ self.X.T)
         return pre if b is None else pre + b[:, None]
 
     def _loss_of_pre(self, pre, a):
@@ -126,7 +131,8 @@ class ClassifierReducedDynamics(eqx.Module):
 
     def model(self, state) -> TwoLayerClassifier:
         c, a, b = self._trained(state)
-        return TwoLayerClassifier(first=self.initial.first + c @ self.X, second=a, bias=b,
+        shift = c @ self.X if self.reduced else c
+        return TwoLayerClassifier(first=self.initial.first + shift, second=a, bias=b,
                                   slope=self.initial.slope,
                                   train_second=self.initial.train_second)
 
@@ -135,8 +141,12 @@ class ClassifierReducedDynamics(eqx.Module):
         value, (d_pre, d_a) = jax.value_and_grad(self._loss_of_pre, argnums=(0, 1))(
             self._pre(c, b), a)
         # D = ∂L/∂P: dC/dt = −D, ∇_W L = D X, ∇_b L = D 1, so ‖∇_θ L‖² = tr(D G Dᵀ) + ….
-        grads = {"c": d_pre}
-        sq = jnp.sum((d_pre @ self.gram) * d_pre)
+        if self.reduced:
+            grads = {"c": d_pre}
+            sq = jnp.sum((d_pre @ self.gram) * d_pre)
+        else:
+            grads = {"c": d_pre @ self.X}
+            sq = jnp.sum(grads["c"] ** 2)
         if "a" in state:
             grads["a"] = d_a
             sq = sq + jnp.sum(d_a**2)

@@ -6,3 +6,4 @@ from .registry import REPRODUCTIONS as REPRODUCTIONS, register as register
 from . import stable_rank as _stable_rank  # noqa: E402, F401
 from . import mirror as mirror  # noqa: E402,F401  (issue 5)
 from . import shape_scale as shape_scale  # noqa: E402
+from . import q_figures as q_figures  # noqa: E402

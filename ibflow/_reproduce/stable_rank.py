@@ -4,8 +4,8 @@ nearly orthogonal data, THEORY §4.0 (the seed study after Frei et al. 2023 and 
 Stable rank of the first layer and spread of the normalized margins along the gradient flow, for
 the initialization grid σ ∈ {1e-5, 5e-5, 1e-4, 5e-4, 1e-3}, on
 (a) the Gaussian mixture (n = 10, d = 784, σ_p = 0.01, σ_e = 1, m = 100) with leaky ReLU (γ = 0.1),
-(b) the same data with ReLU, (c) scikit-learn's digits (even vs odd, n = 100, d = 64, m = 100),
-ReLU. Flows run in the log-loss clock (one vmapped solve per panel) down to loss 1e-4 (default)
+(b) the same data with ReLU, (c) scikit-learn's digits (even vs odd, n = 50, or 200 with
+``--full``; d = 64, m = 100), ReLU. Flows run in the log-loss clock (one vmapped solve per panel) down to loss 1e-4 (default)
 or 1e-8 (``--full``); time on the plots is real gradient-flow time t.
 """
 
@@ -75,7 +75,7 @@ def run(out: Path, full: bool) -> dict:
     num_save = 64 if full else 24
     key = jax.random.key(0)
     mix = gaussian_mixture(jax.random.key(2023))
-    dig = digits(task="parity", n=200 if full else 100)
+    dig = digits(task="parity", n=200 if full else 50)
     settings = {
         "mixture, leaky ReLU (γ=0.1)": (mix, 0.1),
         "mixture, ReLU": (mix, 0.0),

@@ -19,6 +19,23 @@ class LeakyNeuronRegularizer(AbstractLegendreRegularizer):
     over: ``w(∞) − w(0) ∈ span{xᵢ}`` since ``ẇ = −a Σᵢ rᵢσ'(⟨w, xᵢ⟩)xᵢ/n``). Not for ReLU
     (γ = 0), where the set is not affine (THEORY §2.5).
 
+    **Sliding modes (THEORY §2.5/§7 "GD†" cases; found here, with evidence).** Where an
+    adaptive solver "stalls at a kink", the flow is in a Filippov sliding mode: a pre-activation
+    ``zᵢ = ⟨w̃, xᵢ⟩`` is pinned at 0 because the one-sided velocities of ``zᵢ`` point towards
+    0 from both sides. Writing the velocity of ``zᵢ`` as ``c − mᵢ ℓᵢ'(zᵢ)`` (``c`` from the other
+    examples, ``mᵢ = xᵢᵀMxᵢ > 0``), the one-sided slopes of ``ℓᵢ`` at 0 are ``−s·yᵢ·{γ, 1}``
+    (left/right for s = +1, reversed for s = −1), so an attracting slide needs
+    ``s·yᵢ < 0`` (a convex kink); targets with ``s·yᵢ > 0`` never slide. Measured: n = 10,
+    d = 50, γ = 0.2, α = 1, s = 0.5, targets ``σ(Xw*)``: `integrate` ran out of steps at
+    t ≈ 2.19, loss 2e-3, with ``⟨w̃, x₂⟩ = 6.7e-16`` and ``y₂ = −0.0064`` (a > 0). With generic
+    realizable targets about half of the runs with α ≤ 1 slide (10 of 20 in one sample); lazy
+    runs (α ≥ 2) with a target pattern matching the initial one did not. The theorem itself
+    survives sliding: a Filippov velocity uses ``σ'ᵢ ∈ [γ, 1]`` and still keeps
+    ``w(t) − w(0) ∈ span{xᵢ}``, consistent with THEORY's GD† runs converging to ``argmin Q``
+    at rate O(step). Restarting at activation-pattern events cannot help (a slide is a Zeno
+    sequence of crossings); integrating through one needs a sliding-mode (Filippov) integrator,
+    which ibflow does not have yet — `integrate` reports ``budget_exhausted`` there.
+
     **Fields:** `delta` δ, `anchor` (d,) ``s·w₀``, `slope` γ, `sign` ``s = ±1``.
     """
 
