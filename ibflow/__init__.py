@@ -74,7 +74,6 @@ from ._theory.regularizers.single_neuron import SingleNeuronRegularizer as Singl
 from ._discrete import (  # noqa: E402
     DescentResult as DescentResult,
     descend as descend,
-    gradient_descent as gradient_descent,
     mirror_descent as mirror_descent,
 )
 from ._flows.mirror import MirrorFlow as MirrorFlow  # noqa: E402
@@ -126,6 +125,10 @@ from ._sweep.result import SweepResult as SweepResult  # noqa: E402
 # -- differentiable limits (issue 8) --
 from ._differentiable.implicit import differentiable_minimize as differentiable_minimize  # noqa: E402
 from ._differentiable.limit import LimitPoint as LimitPoint, limit_point as limit_point  # noqa: E402
+from ._differentiable.optimize_shape import (  # noqa: E402
+    ShapeOptimization as ShapeOptimization,
+    optimize_shape as optimize_shape,
+)
 from ._differentiable.through_solve import solve_limit as solve_limit  # noqa: E402
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
-"""Finite-step counterparts of the flows, with Optax: gradient descent and mirror descent.
+"""Finite-step counterparts of the flows, with Optax: gradient descent (``optax.sgd(η)``, the
+Euler discretization of `GradientFlow`) and mirror descent (`mirror_descent`), run by `descend`.
 
 For step-size studies: as the step η → 0 (with ``η · steps`` fixed or the loss driven to its
 target) the iterates approach the flow's path and limit (first-order discretization error).
@@ -22,12 +23,6 @@ from ._potentials.scaling import AbstractScaling, Unscaled
 class MirrorDescentState(NamedTuple):
     initial: PyTree[Array]
     """``θ(0)``, the centre of the separable potential."""
-
-
-def gradient_descent(learning_rate: Float[ArrayLike, ""]) -> optax.GradientTransformation:
-    """Plain gradient descent ``θ ← θ − η ∇L`` (``optax.sgd``): the Euler discretization of
-    `GradientFlow` with step η."""
-    return optax.sgd(learning_rate)
 
 
 def mirror_descent(
@@ -75,6 +70,10 @@ def descend(
     optimizer: optax.GradientTransformation, num_steps: int, loss: AbstractLoss = SquareLoss(),
 ) -> DescentResult:
     """Run ``num_steps`` full-batch steps of `optimizer` on ``loss`` from ``model``.
+
+    `optimizer` is any Optax transformation: ``optax.sgd(η)`` for gradient descent,
+    ``mirror_descent(φ, learning_rate=η)`` for mirror descent. A new optimizer object (e.g. a new
+    step size) retraces; the model's arrays and the data do not.
 
     Only the model's inexact-array leaves are updated (fixed leaves are wrapped in
     ``stop_gradient`` by the models, so their gradients vanish).

@@ -130,7 +130,8 @@ for ax, dist, name in zip(axes, (d_l1, d_l2), ("min-ℓ1", "min-ℓ2")):
     fig.colorbar(im, ax=ax)
 axes[0].set_ylabel("shape s")
 plt.tight_layout(); plt.show()
-print("distance to l1, small alpha, s=0:", d_l1[0, 0], "| distance to l2, large alpha:", d_l2[-1, 0])
+print("distance to l1 (smallest alpha, s=0):", d_l1[0, 0])
+print("distance to l2 (largest alpha, s=0):", d_l2[-1, 0])
 """)
 
 md(r"""

@@ -138,15 +138,16 @@ def test_theorem2_flow_matches_minimizer_with_flip_rule(getkey):
 # --- Theorem 4 ---------------------------------------------------------------------------------
 
 def _leaky_problems(key, gamma):
-    """Five lazy inits (α ∈ [2, 10]) with targets of both signs whose activation pattern agrees
-    with the initial one, and five richer inits (α ∈ [1e-3, 1]) with targets of sign sign(a₀).
+    """Ten inits with scales 1e-3…10 and shapes across (−1, 1). Five get targets of both signs
+    close to the initial outputs (pre-activations ``⟨w̃*, xᵢ⟩ = ⟨w̃₀, xᵢ⟩·U(0.5, 1.5)``, so the
+    activation pattern need not change); five get targets of sign sign(a₀) at O(1) distance.
 
     Both kinds avoid the Filippov sliding mode in which adaptive solvers stall (see
     `LeakyNeuronRegularizer`): sliding on ⟨w̃, xᵢ⟩ = 0 needs sign(a)·yᵢ < 0 there, which the
-    second kind excludes and the near-straight lazy paths of the first kind do not reach. With
-    generic realizable targets about half of the α ≤ 1 runs slide and stall."""
-    alphas = jnp.array([2.0, 3.0, 5.0, 7.0, 10.0, 1e-3, 1e-2, 0.1, 1.0, 1e-3])
-    shapes = jnp.array([0.0, 0.5, -0.5, 0.9, -0.9, 0.0, 0.5, -0.5, 0.95, -0.9])
+    second kind excludes. With generic realizable targets ``σ(Xw*)`` about half of the runs
+    with α ≤ 1 slide and stall (`integrate` reports ``budget_exhausted``)."""
+    alphas = jnp.array([1e-3, 1e-2, 0.1, 1.0, 10.0, 1e-3, 1e-2, 0.1, 1.0, 10.0])
+    shapes = jnp.array([0.0, 0.5, -0.5, 0.9, -0.9, 0.95, -0.9, 0.5, -0.5, 0.0])
     same_sign = jnp.arange(10) >= 5
 
     def one(k, alpha, s, only_positive):
@@ -154,9 +155,9 @@ def _leaky_problems(key, gamma):
         X = jax.random.normal(kx, (10, D))
         m = ibflow.LeakyReLUNeuron.from_scale_shape(alpha, s, dim=D, slope=gamma, key=km)
         sign = jnp.sign(m.a)
-        magnitude = jax.random.uniform(kz, (10,), minval=0.2, maxval=2.0)
-        pattern = jnp.where(only_positive, 1.0, sign * jnp.sign(X @ m.predictor()))
-        z = sign * pattern * magnitude          # pre-activations ⟨w̃*, xᵢ⟩ of a realizable target
+        near = (X @ m.predictor()) * jax.random.uniform(kz, (10,), minval=0.5, maxval=1.5)
+        far = sign * jax.random.uniform(kz, (10,), minval=0.2, maxval=2.0)
+        z = jnp.where(only_positive, far, near)  # pre-activations ⟨w̃*, xᵢ⟩ of the target
         y = sign * jnp.where(sign * z >= 0, sign * z, gamma * sign * z)  # y = a σ(⟨w*, x⟩)
         return m, X, y
 
@@ -176,7 +177,7 @@ def test_theorem4_flow_matches_minimizer(getkey):
     assert np.max(err) < TOL, err
     # The affine set matters: the targets transformed by σ⁻¹ differ from y for negative targets.
     b = eqx.filter_vmap(lambda Q, y: Q.interpolation_targets(y))(Q, y)
-    assert np.max(np.abs(np.asarray(b - y))[:5]) > 0.1
+    assert np.all(np.max(np.abs(np.asarray((b - y) / y)), axis=1)[:5] > 0.5)  # 1/γ − 1
 
 
 # --- regime limits -----------------------------------------------------------------------------

@@ -26,10 +26,11 @@ class PolynomialPotential(AbstractPotential):
     quartic: Float[Array, ""] = eqx.field(converter=_as_float, default=0.0)
 
     def __check_init__(self):
-        if not _checks.is_traced(self.quadratic) and jnp.ndim(self.quadratic) == 0:
+        if not _checks.is_traced(self.quadratic):
             _checks.positive(self.quadratic, "PolynomialPotential quadratic coefficient")
-            if self.cubic < 0 or self.quartic < 0:
-                raise ValueError("PolynomialPotential: cubic and quartic coefficients must be >= 0.")
+        for name, c in (("cubic", self.cubic), ("quartic", self.quartic)):
+            if not _checks.is_traced(c) and bool(jnp.any(c < 0)):
+                raise ValueError(f"PolynomialPotential: the {name} coefficient must be >= 0.")
 
     def __call__(self, x):
         x = jnp.asarray(x, dtype=float)

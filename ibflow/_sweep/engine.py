@@ -113,7 +113,7 @@ def _chunk_function(build, options, reference_names, has_test, mesh):
 
 def sweep(
     build: Callable[..., AbstractModel], grid: Grid, data, *, out: str | Path | None = None,
-    chunk_size: int = 32, order_by: Callable[[AbstractModel], jax.Array] | str | None = "auto",
+    chunk_size: int = 16, order_by: Callable[[AbstractModel], jax.Array] | str | None = "auto",
     references: Sequence[str] = ("min_l1", "min_l2"), progress: bool = True,
     devices: Sequence[jax.Device] | None = None, **integrate_options,
 ) -> SweepResult:

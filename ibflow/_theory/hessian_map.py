@@ -15,6 +15,19 @@ This module gives
   model, and refuses models for which ``J Jᵀ`` is not a function of ``w̃`` (several neurons, §2.6);
 - `hessian_map_asymmetry`: the asymmetry of ``∂ₖH_ij`` of any (inverse) metric field at a point,
   by forward-mode autodiff.
+
+**On THEORY §2.1's numbers (0.53 / 0.33 / 0.45 for δ = 0 / 1 / −0.5).** The relative asymmetry
+of the single neuron is not a constant: it depends on the point ``w̃`` (its direction, and for
+δ ≠ 0 also ``‖w̃‖/|δ|``) and on d, and THEORY does not record the point. Measured with this
+function (2000 Gaussian points each; median and 5–95 % range):
+d = 2: 0.52 [0.42, 0.63] / 0.42 [0.28, 0.54] / 0.53 [0.44, 0.65];
+d = 3: 0.50 [0.38, 0.55] / 0.40 [0.31, 0.51] / 0.50 [0.40, 0.57];
+d = 12: 0.33 [0.30, 0.43] / 0.32 [0.29, 0.40] / 0.34 [0.30, 0.44].
+THEORY's three values lie inside the d = 2 ranges, so they are consistent with one random point in
+d = 2; they are not reproducible as stated. What is exact and point-independent: at
+``w̃ = r e₁``, δ = 0, the absolute asymmetry is ``1/(2r²)`` and the relative one exactly 1/2
+(derived by hand in ``tests/test_theory_hessian_map.py``); the relative asymmetry is bounded
+away from 0 at every point tested; and with the warp ``g = |a|`` it is at roundoff (≤ 1e-15).
 """
 
 from collections.abc import Callable
@@ -31,7 +44,7 @@ from .._models.fully_connected import FullyConnectedNet
 from .._models.leaky_neuron import LeakyReLUNeuron
 
 
-# --- J Jᵀ by autodiff ------------------------------------------------------------------------------
+# --- J Jᵀ by autodiff -----------------------------------------------------------------------------
 def _flat_parameters(model: AbstractModel):
     """``(θ, rebuild)``: the model's inexact-array leaves as one flat vector, and its inverse."""
     params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -79,7 +92,7 @@ def predictor_inverse_metric(model: AbstractPredictorModel) -> Float[Array, "d d
     return J @ J.T
 
 
-# --- closed forms on the invariant manifold --------------------------------------------------------
+# --- closed forms on the invariant manifold -------------------------------------------------------
 class DiagonalInverseMetric(eqx.Module):
     """``M(w) = diag(sqrt(4w² + k²))`` of the diagonal net on its invariant manifold (THEORY §2.3).
 
@@ -96,7 +109,8 @@ class DiagonalInverseMetric(eqx.Module):
         """``k`` from the parameters (THEORY [AZ-A]):
         ``k = sqrt(((u₊−v₊)² + (u₋+v₋)²)((u₊+v₊)² + (u₋−v₋)²))``."""
         up, vp, um, vm = model.u_plus, model.v_plus, model.u_minus, model.v_minus
-        return cls(k=jnp.sqrt(((up - vp) ** 2 + (um + vm) ** 2) * ((up + vp) ** 2 + (um - vm) ** 2)))
+        k2 = ((up - vp) ** 2 + (um + vm) ** 2) * ((up + vp) ** 2 + (um - vm) ** 2)
+        return cls(k=jnp.sqrt(k2))
 
     def __call__(self, w: Float[Array, " d"]) -> Float[Array, "d d"]:
         return jnp.diag(jnp.sqrt(4 * w**2 + self.k**2))
@@ -140,7 +154,8 @@ class NeuronInverseMetric(eqx.Module):
             return cls(delta=model.second[0] ** 2 - jnp.sum(model.first[0] ** 2))
         if isinstance(model, LeakyReLUNeuron):
             return cls(delta=model.a**2 - jnp.sum(model.w**2))
-        raise ValueError(f"NeuronInverseMetric.from_model: unsupported model {type(model).__name__}.")
+        raise ValueError(
+            f"NeuronInverseMetric.from_model: unsupported model {type(model).__name__}.")
 
     def __call__(self, w: Float[Array, " d"]) -> Float[Array, "d d"]:
         a2 = _neuron_a2(w, self.delta)
@@ -152,13 +167,15 @@ class NeuronInverseMetric(eqx.Module):
 
 
 _SEVERAL_NEURONS = (
-    "a network with {k} hidden neurons has J Jᵀ = (Σ aᵢ²) I + W₁ᵀW₁, which is not a function of the "
-    "predictor w̃ alone (THEORY §2.6): there is no metric field on predictor space to test. Use "
-    "predictor_inverse_metric(model) for its value at the current parameters."
+    "a network with {k} hidden neurons has J Jᵀ = (Σ aᵢ²) I + W₁ᵀW₁, which is not a function of "
+    "the predictor w̃ alone (THEORY §2.6): there is no metric field on predictor space to "
+    "test. Use predictor_inverse_metric(model) for its value at the current parameters."
 )
 
 
-def inverse_metric_field(model: AbstractPredictorModel) -> DiagonalInverseMetric | NeuronInverseMetric:
+def inverse_metric_field(
+    model: AbstractPredictorModel,
+) -> DiagonalInverseMetric | NeuronInverseMetric:
     """The closed-form inverse metric ``M(w̃)`` of ``model``'s gradient flow as a function of the
     predictor on the model's invariant manifold (THEORY §2.3, §2.4, §2.5).
 
@@ -176,7 +193,7 @@ def inverse_metric_field(model: AbstractPredictorModel) -> DiagonalInverseMetric
     )
 
 
-# --- the Hessian-map test ----------------------------------------------------------------------------
+# --- the Hessian-map test -------------------------------------------------------------------------
 class HessianMapAsymmetry(eqx.Module):
     """Result of `hessian_map_asymmetry`.
 

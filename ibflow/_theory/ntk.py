@@ -108,7 +108,8 @@ def ntk_predictor(
     X, y = _checks.data(X, y)
     w0 = model.predictor()
     if X.shape[1] != w0.shape[0]:
-        raise ValueError(f"X has {X.shape[1]} features but the model's predictor has {w0.shape[0]}.")
+        raise ValueError(
+            f"X has {X.shape[1]} features but the model's predictor has {w0.shape[0]}.")
     M0 = predictor_inverse_metric(model)
     MXt = M0 @ X.T
     return w0 + MXt @ _solve_psd(X @ MXt, y - X @ w0, "X M₀ Xᵀ")
