@@ -148,7 +148,8 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
     if hasattr(ibflow, "sweep"):
         # ibflow.sweep builds its jitted chunk function afresh on every call (each call
         # re-compiles; time_jax subtracts that from the run time and reports it).
-        t = time_jax(lambda: sweep_grid(X, y, p.alphas, p.shapes), runs=0 if p.quick else runs)
+        t = time_jax(lambda: sweep_grid(X, y, p.alphas, p.shapes),
+                     runs=0 if p.quick else min(runs, 2))
         res = t.result
         out["sweep"] = dict(timing=t, steps=np.asarray(res["steps"]),
                             dist=rel_dist(res["w"], reference),

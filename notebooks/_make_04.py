@@ -83,12 +83,13 @@ neuron = ib.FullyConnectedNet.from_scale_shape(0.5, 0.5, dim=3, width=1, key=k3)
 warps = jax.vmap(lambda p: ib.WarpedFlow(ib.GradientFlow(), PowerOfA(p)))(jnp.array([0.0, -1.0]))
 sols = jax.vmap(lambda f: ib.integrate(neuron, Xn, yn, flow=f, throw=False))(warps)
 print("time to converge, GF:", float(sols.time[0]), " warped by 1/|a|:", float(sols.time[1]))
-print("distance between the limits:", float(jnp.max(jnp.abs(sols.predictor[0] - sols.predictor[1]))))""")
+gap = float(jnp.max(jnp.abs(sols.predictor[0] - sols.predictor[1])))
+print("distance between the limits:", gap)""")
 
 md("""## 3. Wide shallow networks vs the variational problems
 
-ReLU networks with an **unscaled** potential converge to ``argmin 𝒢₁ + 𝒢₂ + 𝒢₃`` ([LM-G]) for every φ;
-|·| networks with the **width-scaled** potential converge to the φ-dependent Bregman problem [LM-B].
+ReLU networks with an **unscaled** potential converge to ``argmin 𝒢₁ + 𝒢₂ + 𝒢₃`` ([LM-G]) for
+every φ; |·| networks with the **width-scaled** potential converge to the φ-dependent Bregman problem [LM-B].
 Initialization: ``w = ±1``, ``b ~ Unif(−2, 2)``, ``a(0) = d(0) = 0``; learning rate ``1/n``.""")
 
 code("""bias = ib.UniformBias(2.0)

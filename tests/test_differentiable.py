@@ -14,6 +14,7 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import ibflow
 from ibflow._models._init import layer_norms
@@ -175,3 +176,84 @@ def test_leaky_neuron_gradients_agree():
         params, aux)
     assert np.all(np.asarray(sol.converged)), sol.status
     _assert_agree(*_grads(_leaky, params, aux, Xt, target))
+
+
+# --- vmap / jit, optimizer, bad input -----------------------------------------------------
+
+def test_implicit_vmap_matches_loop(getkey):
+    """Gradients of the implicit route for several problems in one vmapped call equal the
+    per-problem calls; and reverse mode equals forward mode (jvp) on a random direction."""
+    X, y, _, target = _data(getkey(), 3, lambda z: z)
+    shape = jax.random.uniform(getkey(), (3, D), minval=-0.8, maxval=0.8)
+
+    def f(s, X, y, t):
+        w = ibflow.limit_point(ibflow.DiagonalNet.from_scale_shape(0.01, s), X, y).predictor
+        return jnp.sum((w - t) ** 2)
+
+    grad = eqx.filter_jit(jax.grad(f))
+    batched = jax.vmap(grad)(shape, X, y, target)
+    for i in range(3):
+        np.testing.assert_allclose(batched[i], grad(shape[i], X[i], y[i], target[i]),
+                                   rtol=1e-10, atol=1e-14)
+    v = jax.random.normal(getkey(), (D,))
+    _, forward = jax.jvp(lambda s: f(s, X[0], y[0], target[0]), (shape[0],), (v,))
+    np.testing.assert_allclose(forward, jnp.dot(batched[0], v), rtol=1e-10)
+
+
+def test_optimize_shape_improves_and_vmaps(getkey):
+    data = ibflow.data.sparse_regression(getkey(), n=24, d=40, k=3, noise=0.1, n_test=200)
+    X, y, Xv, yv = data.X[:12], data.y[:12], data.X[12:], data.y[12:]
+    scales = jnp.array([1e-3, 0.1])
+    run = eqx.filter_vmap(lambda a: ibflow.optimize_shape(X, y, Xv, yv, scale=a, steps=15))
+    res = run(scales)
+    assert np.all(np.asarray(res.converged))
+    # The optimizer lowers the validation error from the uniform start s = 0.5.
+    assert np.all(np.asarray(res.validation_error) < np.asarray(res.history[:, 0]))
+    # The reported limit is the flow's limit for the learned shape (independent integrate),
+    # and its validation error is the reported one.
+    for i in range(2):
+        flow = ibflow.integrate(ibflow.DiagonalNet.from_scale_shape(scales[i], res.shape[i]), X, y)
+        assert _relative(flow.predictor, res.predictor[i]) < 1e-8
+        np.testing.assert_allclose(jnp.mean((Xv @ flow.predictor - yv) ** 2),
+                                   res.validation_error[i], rtol=1e-6)
+    single = ibflow.optimize_shape(X, y, Xv, yv, scale=scales[1], steps=15)
+    np.testing.assert_allclose(single.shape, res.shape[1], rtol=1e-8, atol=1e-10)
+
+
+def test_bad_input():
+    X, y = jnp.ones((3, 5)) + jnp.eye(3, 5), jnp.ones(3)
+    model = ibflow.DiagonalNet.from_scale_shape(0.1, 0.0, dim=5)
+    with np.testing.assert_raises_regex(ValueError, "route"):
+        ibflow.limit_point(model, X, y, route="backsolve")
+    with np.testing.assert_raises_regex(ValueError, "route='solve'"):
+        ibflow.limit_point(model, X, y, checkpoints=4)
+    with np.testing.assert_raises_regex(ValueError, "checkpoints"):
+        ibflow.solve_limit(model, X, y, checkpoints=0)
+    with np.testing.assert_raises_regex(ValueError, "Legendre"):
+        ibflow.differentiable_minimize(ibflow.L1Norm(), X, y)
+    wide = ibflow.FullyConnectedNet.from_scale_shape(0.1, 0.0, dim=5, width=3,
+                                                     key=jax.random.key(0))
+    with np.testing.assert_raises(ibflow.NoExactRegularizer):
+        ibflow.limit_point(wide, X, y)
+    with np.testing.assert_raises_regex(ValueError, "init_shape"):
+        ibflow.optimize_shape(X, y, X, y, scale=0.1, init_shape=jnp.zeros(4))
+    with np.testing.assert_raises_regex(ValueError, "n <= d"):
+        ibflow.optimize_shape(X.T, jnp.ones(5), X.T, jnp.ones(5), scale=0.1)
+
+
+@pytest.mark.slow
+def test_plateau_gradient_with_few_checkpoints(getkey):
+    """α = 1e-5: a long plateau before the escape (THEORY §2.3, rich regime). With only 4
+    checkpoints the reverse pass recomputes most of the solve, and still matches the implicit
+    route."""
+    X, y, _, target = _data(getkey(), 1, lambda z: z)
+    X, y, target = X[0], y[0], target[0]
+    shape = jax.random.uniform(getkey(), (D,), minval=-0.5, maxval=0.5)
+
+    def f(s, route, **kw):
+        model = ibflow.DiagonalNet.from_scale_shape(1e-5, s)
+        return jnp.sum((ibflow.limit_point(model, X, y, route=route, **kw).predictor - target) ** 2)
+
+    g_imp = jax.jit(jax.grad(lambda s: f(s, "implicit")))(shape)
+    g_sol = jax.jit(jax.grad(lambda s: f(s, "solve", checkpoints=4, **SOLVE)))(shape)
+    assert _relative(g_sol, g_imp) < TOL

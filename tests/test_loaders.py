@@ -11,7 +11,13 @@ import pytest
 
 import ibflow
 from ibflow.data import (
-    binary_task, digits, gaussian_mixture, load_cifar10, load_mnist, near_orthogonality, read_idx,
+    binary_task,
+    digits,
+    gaussian_mixture,
+    load_cifar10,
+    load_mnist,
+    near_orthogonality,
+    read_idx,
 )
 
 
@@ -27,7 +33,7 @@ def _write_mnist(root, n=6, compress=True, split_stems=("train-images-idx3-ubyte
     images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
     labels = rng.integers(0, 10, n, dtype=np.uint8)
     paths = []
-    for stem, arr in zip(split_stems, (images, labels)):
+    for stem, arr in zip(split_stems, (images, labels), strict=True):
         data = _idx_bytes(arr)
         path = root / (stem + (".gz" if compress else ""))
         path.write_bytes(gzip.compress(data) if compress else data)
@@ -128,7 +134,7 @@ def test_binary_task_and_digits():
     assert task.X.shape == (4, 4) and task.X_test.shape == (2, 4)
     assert float(task.y.sum()) == 0.0  # balanced
     # Each row is one of the selected images / 255 with the matching label.
-    for x, y in zip(np.asarray(task.X), np.asarray(task.y)):
+    for x, y in zip(np.asarray(task.X), np.asarray(task.y), strict=True):
         idx = int(round(x[0] * 255)) // 4
         assert labels[idx] == (0 if y > 0 else 1)
         np.testing.assert_allclose(x * 255, images[idx].ravel())

@@ -31,7 +31,8 @@ def _features(x, b, act):
 
 
 def _kernel_solution(act, half_width=2.0):
-    """Min-norm infinite-width random-feature interpolant: E[α²] minimal s.t. E[α σ(wx_i − b)] = h_i."""
+    """Min-norm infinite-width random-feature interpolant:
+    E[α²] minimal s.t. E[α σ(wx_i − b)] = h_i."""
     b, wq = _quadrature(half_width, X)
     P = 0.5 * np.concatenate([wq, wq])  # w = ±1 with probability ½ each
     F = _features(X, b, act)

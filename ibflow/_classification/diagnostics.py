@@ -25,8 +25,8 @@ def stable_rank(W: Float[ArrayLike, "m d"]) -> Float[Array, ""]:
 
 def normalized_margins(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
                        y: Float[ArrayLike, " n"]) -> Float[Array, " n"]:
-    """``qᵢ = yᵢ f(xᵢ; θ) / ‖θ‖^L`` with θ the trained parameters (``‖θ‖ = ‖W‖_F`` for the fixed-``a``
-    network, ``‖(W, a[, b])‖₂`` otherwise) and L = `model.homogeneity`. Scale invariant:
+    """``qᵢ = yᵢ f(xᵢ; θ) / ‖θ‖^L`` with θ the trained parameters (``‖θ‖ = ‖W‖_F`` for the
+    fixed-``a`` network, ``‖(W, a[, b])‖₂`` otherwise) and L = `model.homogeneity`. Scale invariant:
     ``qᵢ = yᵢ f(xᵢ; θ/‖θ‖)``; Kou et al. predict all qᵢ become equal (THEORY §4.1)."""
     X, y = jnp.asarray(X), jnp.asarray(y)
     return y * jax.vmap(model)(X) / model.parameter_norm() ** model.homogeneity
@@ -75,7 +75,8 @@ class KKTResidual(eqx.Module):
     - `stationarity` = ``min_{λ ≥ 0} ‖θ̂ − Aλ‖₂`` — the distance of the unit direction to the cone of
       the margin gradients, i.e. the relative stationarity residual ``ε/‖θ̃‖`` of Lyu & Li's
       (ε, δ)-KKT point. Scale invariant; 0 at (the direction of) a KKT point.
-    - `complementarity` = ``Σᵢ λ̃ᵢ (qᵢ/q_min − 1)`` at the rescaled point ``θ̃ = θ̂ q_min^{−1/L}`` (whose
+    - `complementarity` = ``Σᵢ λ̃ᵢ (qᵢ/q_min − 1)`` at the rescaled point
+      ``θ̃ = θ̂ q_min^{−1/L}`` (whose
       smallest margin is 1), with the λ that attains `stationarity` mapped to that scale
       (``λ̃ = λ q_min^{(L−2)/L}``): Lyu & Li's δ. Inf when some margin is ≤ 0.
     - `multipliers` (n,): ``λ̃``. `min_margin`: ``q_min = minᵢ yᵢ f(xᵢ; θ̂)``.
@@ -129,6 +130,6 @@ def kkt_residuals(trajectory: ClassifierTrajectory, X: Float[ArrayLike, "n d"],
     valid = np.asarray(trajectory.valid)
     out = np.full(valid.shape, np.nan)
     for k in np.flatnonzero(valid):
-        model = jax.tree_util.tree_map(lambda v: v[k], trajectory.models)
+        model = jax.tree_util.tree_map(lambda v, k=k: v[k], trajectory.models)
         out[k] = kkt_residual(model, X, y).stationarity
     return out

@@ -1,8 +1,8 @@
 """Gradient flow of a `TwoLayerClassifier` on an exponentially tailed loss, in a clock that stays
 efficient while ``‖θ‖ → ∞`` (THEORY §4.0–4.1, §2.2 [AZ-WARP]).
 
-**Reduction (exact).** ``∇_{wⱼ} L = Σᵢ Dⱼᵢ xᵢ`` with ``D = ∂L/∂P`` the derivative with respect to the
-pre-activations ``Pⱼᵢ = ⟨wⱼ, xᵢ⟩ + bⱼ``. So under gradient flow ``W(t) = W(0) + C(t) X`` with
+**Reduction (exact).** ``∇_{wⱼ} L = Σᵢ Dⱼᵢ xᵢ`` with ``D = ∂L/∂P`` the derivative with respect to
+the pre-activations ``Pⱼᵢ = ⟨wⱼ, xᵢ⟩ + bⱼ``. So under gradient flow ``W(t) = W(0) + C(t) X`` with
 ``C ∈ ℝ^{m×n}``, ``dC/dt = −D``, and ``P = W(0)Xᵀ + C G + b1ᵀ`` with the Gram matrix ``G = XXᵀ``.
 The ODE state is ``C`` (m·n numbers, not m·d: 1 000 instead of 78 400 for the seed) plus ``a``/``b``
 when trained, plus the real time t. When n > d the span coordinates are no cheaper, and the state

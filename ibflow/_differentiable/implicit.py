@@ -5,6 +5,7 @@ from the implicit function theorem on its KKT/dual system (THEORY §2.1 item 5, 
 import equinox as eqx
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
@@ -69,8 +70,8 @@ def differentiable_minimize(
     Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     rtol: Float[ArrayLike, ""] = 1e-13, max_steps: int = 200, throw: bool = True,
 ) -> RegularizerMinimum:
-    """`ibflow.minimize_regularizer` whose result is differentiable (forward and reverse mode,
-    any order of first derivatives) in every array of `Q`, in `X` and in `y`.
+    """`ibflow.minimize_regularizer` whose result is differentiable (first derivatives, forward
+    and reverse mode) in every array of `Q`, in `X` and in `y`.
 
     The primal is the damped dual Newton of `minimize_regularizer`; derivatives are **not**
     taken through its loop. At the solution the dual variable satisfies the KKT system
@@ -101,7 +102,10 @@ def differentiable_minimize(
     X, y = _checks.data(X, y)
     if X.shape[0] > X.shape[1]:
         raise ValueError(f"differentiable_minimize needs n <= d; got X of shape {X.shape}.")
-    out = _differentiable_minimize(Q, X, y, rtol, int(max_steps))
+    if not _checks.is_traced(X) and np.linalg.matrix_rank(np.asarray(X)) < X.shape[0]:
+        raise ValueError("X must have full row rank n: the KKT system (and the limit's "
+                         "derivative) is singular otherwise; drop dependent rows.")
+    out = _differentiable_minimize(Q, X, y, jnp.asarray(rtol, dtype=float), int(max_steps))
     if throw:
         out = eqx.error_if(out, out.status != MinimizerStatus.converged,
                            "differentiable_minimize: the minimizer did not converge (see "

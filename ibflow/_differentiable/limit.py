@@ -69,9 +69,10 @@ def limit_point(
     if max_steps is not None:
         options["max_steps"] = max_steps
     if route == "implicit":
-        if integrate_options or checkpoints is not None:
-            raise ValueError("checkpoints and integrate options apply to route='solve' only; "
-                             f"got {sorted(integrate_options) + (['checkpoints'] if checkpoints is not None else [])}.")
+        extra = sorted(integrate_options) + ([] if checkpoints is None else ["checkpoints"])
+        if extra:
+            raise ValueError(f"checkpoints and integrate options apply to route='solve' only; "
+                             f"got {extra}.")
         minimum = differentiable_minimize(implicit_bias(model, final_sign=final_sign), X, y,
                                           throw=throw, **options)
         return LimitPoint(predictor=minimum.w, converged=minimum.converged, minimum=minimum,

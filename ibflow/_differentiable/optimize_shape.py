@@ -52,11 +52,15 @@ def _optimize(scale, theta0, X, y, X_val, y_val, optimizer, steps):
     def step(carry, _):
         theta, state = carry
         (value, lim), grad = value_and_grad(theta)
-        updates, state = optimizer.update(grad, state, theta)
+        # Optax mixes its int32 step count with floats (Adam's bias correction), which strict
+        # dtype promotion rejects; the promotion is harmless here.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, state = optimizer.update(grad, state, theta)
         return (optax.apply_updates(theta, updates), state), (value, theta, lim.converged)
 
-    (theta, _), (values, thetas, ok) = jax.lax.scan(
-        step, (theta0, optimizer.init(theta0)), None, length=steps)
+    with jax.numpy_dtype_promotion("standard"):
+        state0 = optimizer.init(theta0)
+    (theta, _), (values, thetas, ok) = jax.lax.scan(step, (theta0, state0), None, length=steps)
     last_value, last = limit(theta)
     values = jnp.concatenate([values, last_value[None]])
     thetas = jnp.concatenate([thetas, theta[None]])

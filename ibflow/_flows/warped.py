@@ -18,7 +18,8 @@ class WarpedFlow(AbstractFlow):
     - `flow`: the inner flow (`GradientFlow()`, a `MirrorFlow`, or another warp).
     - `g`: ``g(model, loss) -> scalar > 0``: `model` is the current model, `loss` the current loss
       value (a scalar array). Examples: ``lambda m, L: jnp.abs(m.second[0])`` (the single-neuron
-      warp ``g = |a|`` of THEORY §2.4), ``lambda m, L: 1 / L`` (a log-time clock for classification).
+      warp ``g = |a|`` of THEORY §2.4), ``lambda m, L: 1 / L`` (a log-time clock, e.g. for
+      classification).
       To sweep parameters of g without recompiling, pass an ``eqx.Module`` with array fields and a
       ``__call__(model, loss)``.
 

@@ -10,12 +10,13 @@ from .base import AbstractModel
 
 
 def leaky_relu(z, slope):
-    """``φ(z) = max(z, γz)`` for γ ∈ [0, 1]; γ = 0 is the ReLU. ``φ'(0) = 1`` (the branch ``z ≥ 0``)."""
+    """``φ(z) = max(z, γz)`` for γ ∈ [0, 1]; γ = 0 is the ReLU. ``φ'(0) = 1`` (branch ``z ≥ 0``)."""
     return jnp.where(z >= 0, z, slope * z)
 
 
 class TwoLayerClassifier(AbstractModel):
-    """``f(x; W) = Σⱼ aⱼ φ(⟨wⱼ, x⟩ + bⱼ)`` with ``φ(z) = max(z, γz)`` (THEORY §4.0, Frei et al. §4.1).
+    """``f(x; W) = Σⱼ aⱼ φ(⟨wⱼ, x⟩ + bⱼ)`` with ``φ(z) = max(z, γz)`` (THEORY §4.0,
+    Frei et al. §4.1).
 
     **Fields:**
     - `first`: the first layer ``W`` (m, d), rows ``wⱼ``; always trained.
@@ -28,7 +29,8 @@ class TwoLayerClassifier(AbstractModel):
 
     The network is positively homogeneous in its trained parameters ``θ``, of degree
     ``homogeneity = 1 + train_second`` (the bias sits inside φ, so ``(wⱼ, bⱼ)`` scale together).
-    Gradient flow conserves ``aⱼ² − ‖wⱼ‖² − bⱼ²`` per neuron when ``a`` is trained (THEORY §2.7 [DU]);
+    Gradient flow conserves ``aⱼ² − ‖wⱼ‖² − bⱼ²`` per neuron when ``a`` is trained
+    (THEORY §2.7 [DU]);
     with a fixed second layer nothing is conserved and `invariants()` is empty.
     """
 
@@ -58,15 +60,17 @@ class TwoLayerClassifier(AbstractModel):
         train_second: bool = False, balanced: bool = True, key: PRNGKeyArray,
     ) -> "TwoLayerClassifier":
         """The initialization of THEORY §4.1: ``W_jk(0) ~ N(0, σ²)`` with σ = `init_std`,
-        ``aⱼ = ±1/√m`` (``second_scale="sqrt"``, Frei et al.) or ``±1/m`` (``"linear"``, Kou et al.).
+        ``aⱼ = ±1/√m`` (``second_scale="sqrt"``, Frei et al.) or ``±1/m`` (``"linear"``,
+        Kou et al.).
 
         **Arguments:**
         - `dim`: input dimension d. `width`: number of neurons m.
-        - `init_std`: σ ≥ 0 of the first layer; an array leaf, so a σ grid vmaps without recompiling.
+        - `init_std`: σ ≥ 0 of the first layer; an array leaf, so a σ grid vmaps without
+          recompiling.
         - `slope`: γ ∈ [0, 1] (0 = ReLU).
         - `bias`: add a trained bias initialized at 0. `train_second`: train ``a`` as well.
         - `balanced`: signs of ``a`` are exactly half +, half − (width must be even) instead of
-          i.i.d. Rademacher; both networks classes then have m/2 neurons (Kou et al.'s ``F₊₁, F₋₁``).
+          i.i.d. Rademacher; both classes then have m/2 neurons (Kou et al.'s ``F₊₁, F₋₁``).
         - `key`: PRNG key.
         """
         width = _checks.width(width)

@@ -103,6 +103,10 @@ class ShallowNet(AbstractModel):
     of THEORY §3.1 train with learning rate ``η₀/n`` (``MirrorFlow(..., learning_rate=η₀/n)``):
     the output-layer tangent kernel is Θ(n).
 
+    The ODE right-hand side is non-smooth where a kink ``b_k/w_k`` meets a data point; with
+    ``η₀/n`` and n ≳ 100 this is rare, at small widths a kink can slide along a data point and
+    the adaptive solver crawls (``Status.budget_exhausted``).
+
     ``σ`` is positively homogeneous, so gradient flow conserves ``a_k² − w_k² − b_k²`` per neuron
     (THEORY §2.7 with the bias as a weight on the constant input); mirror flow does not.
     """

@@ -20,7 +20,7 @@ class CubicPotential(AbstractPotential):
         return 6 * jnp.abs(jnp.asarray(x, dtype=float)) + 2
 
     def inverse_derivative(self, z):
-        # 3u² + 2u = |z| for u = |x| ≥ 0, written to avoid cancellation: u = 2|z| / (2 + √(4+12|z|)).
+        # 3u² + 2u = |z| for u = |x| ≥ 0, without cancellation: u = 2|z| / (2 + √(4+12|z|)).
         z = jnp.asarray(z, dtype=float)
         u = 2 * jnp.abs(z) / (2 + jnp.sqrt(4 + 12 * jnp.abs(z)))
         return jnp.sign(z) * u

@@ -5,7 +5,8 @@ Stable rank of the first layer and spread of the normalized margins along the gr
 the initialization grid σ ∈ {1e-5, 5e-5, 1e-4, 5e-4, 1e-3}, on
 (a) the Gaussian mixture (n = 10, d = 784, σ_p = 0.01, σ_e = 1, m = 100) with leaky ReLU (γ = 0.1),
 (b) the same data with ReLU, (c) scikit-learn's digits (even vs odd, n = 50, or 200 with
-``--full``; d = 64, m = 100), ReLU. Flows run in the log-loss clock (one vmapped solve per panel) down to loss 1e-4 (default)
+``--full``; d = 64, m = 100), ReLU. Flows run in the log-loss clock (one vmapped solve per
+panel) down to loss 1e-4 (default)
 or 1e-8 (``--full``); time on the plots is real gradient-flow time t.
 """
 
@@ -48,7 +49,7 @@ def _plot(out, panels):
 
     fig, axes = plt.subplots(len(panels), 2, figsize=(10, 3.2 * len(panels)), squeeze=False)
     colors = plt.cm.viridis(np.linspace(0, 0.9, len(SIGMAS)))
-    for row, (title, p) in zip(axes, panels.items()):
+    for row, (title, p) in zip(axes, panels.items(), strict=True):
         for k, sigma in enumerate(SIGMAS):
             ok = np.isfinite(p["time"][k]) & (p["time"][k] > 0)
             row[0].plot(p["time"][k][ok], p["stable_rank"][k][ok], color=colors[k],

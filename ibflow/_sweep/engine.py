@@ -113,7 +113,7 @@ def _chunk_function(build, options, reference_names, has_test, mesh):
 
 def sweep(
     build: Callable[..., AbstractModel], grid: Grid, data, *, out: str | Path | None = None,
-    chunk_size: int = 16, order_by: Callable[[AbstractModel], jax.Array] | str | None = "auto",
+    chunk_size: int | None = None, order_by: Callable[[AbstractModel], jax.Array] | str | None = "auto",
     references: Sequence[str] = ("min_l1", "min_l2"), progress: bool = True,
     devices: Sequence[jax.Device] | None = None, **integrate_options,
 ) -> SweepResult:
@@ -131,7 +131,11 @@ def sweep(
     - `out`: results directory (see ``ibflow._sweep.store``). Each finished chunk is written
       atomically; re-running the same sweep resumes and recomputes only missing chunks. A
       directory holding a *different* sweep is refused.
-    - `chunk_size`: members per compiled batch on one device (memory bound). Every chunk has
+    - `chunk_size`: members per compiled batch on one device (memory bound). Default: 8 on CPU
+      (small batches of cost-sorted members waste the fewest lockstep steps: on the Figure 7.1
+      grid, chunks of 100/34/20/10 ran in 70/55/36/23 s with lockstep efficiency
+      0.21/0.50/0.65/0.81, measured together on a loaded 2-core machine), 128 on accelerators
+      (wide batches keep a GPU busy). Every chunk has
       the same shape (the last one is padded), so the whole sweep compiles once. With several
       devices, each device integrates one whole chunk at a time, so a member's arithmetic is
       the same on 1 or 8 devices and results are bitwise identical.
@@ -157,6 +161,8 @@ def sweep(
     multi = isinstance(data, Sequence) and not isinstance(data, tuple)
     devices = list(devices or jax.devices())
     mesh = Mesh(np.array(devices), ("members",))
+    if chunk_size is None:
+        chunk_size = 8 if devices[0].platform == "cpu" else 128
     chunk_size = _checks.width(chunk_size, "chunk_size")
     n_dev = len(devices)
     members = grid.members()

@@ -177,7 +177,7 @@ def _minimize_l1(X, b):
 
 def minimize_regularizer(
     Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
-    rtol: Float[ArrayLike, ""] = 1e-13, max_steps: int = 500, throw: bool = True,
+    rtol: Float[ArrayLike, ""] = 1e-12, max_steps: int = 500, throw: bool = True,
 ) -> RegularizerMinimum:
     """``argmin Q(w)`` over the interpolation set ``{w : Xw = b}``, ``b = Q.interpolation_targets(y)``
     (``b = y`` except for the leaky neuron, THEORY [AZ-T4]), with a certificate.

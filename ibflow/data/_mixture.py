@@ -27,11 +27,13 @@ def gaussian_mixture(
     key: PRNGKeyArray, n: int = 10, d: int = 784, *, sigma_p: float = 0.01, sigma_e: float = 1.0,
     n_test: int = 1000, balanced: bool = True,
 ) -> ClassificationData:
-    """THEORY §4.0 (after Kou et al. 2023): ``xᵢ = yᵢ μ + zᵢ`` with ``μ ~ N(0, σ_p² I_d)`` drawn once,
+    """THEORY §4.0 (after Kou et al. 2023): ``xᵢ = yᵢ μ + zᵢ`` with ``μ ~ N(0, σ_p² I_d)`` drawn
+    once,
     ``zᵢ ~ N(0, σ_e² I_d)`` and ``yᵢ`` Rademacher. The seed uses n = 10, d = 784, σ_p = 0.01,
     σ_e = 1, so ``‖μ‖² ≈ 0.08 ≪ σ_e² d = 784``: nearly orthogonal noise with a tiny class signal.
 
-    `balanced`: exactly ⌈n/2⌉ positive labels in random order (so both classes exist even for tiny n)
+    `balanced`: exactly ⌈n/2⌉ positive labels in random order (so both classes exist even for
+    tiny n)
     instead of i.i.d. signs. The test set (same μ) has i.i.d. labels.
     """
     for name, v in dict(n=n, d=d).items():
