@@ -1,6 +1,5 @@
 """Every notebook runs top to bottom on small settings (IBFLOW_SMALL=1)."""
 
-import os
 from pathlib import Path
 
 import nbformat

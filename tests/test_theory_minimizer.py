@@ -119,7 +119,8 @@ def test_extreme_parameters_converge_with_certificate(getkey):
 def test_vmap_matches_loop_and_compiles_once(getkey):
     X, y = _problem(getkey(), 6, 20)
     alphas = jnp.array([1e-4, 1e-2, 1.0, 1e2])
-    Qs = eqx.filter_vmap(lambda a: ibflow.DiagonalNetRegularizer.from_scale_shape(a, 0.5, dim=20))(alphas)
+    Qs = eqx.filter_vmap(
+        lambda a: ibflow.DiagonalNetRegularizer.from_scale_shape(a, 0.5, dim=20))(alphas)
     batched = eqx.filter_vmap(lambda Q: ibflow.minimize_regularizer(Q, X, y))(Qs)
     for i, a in enumerate(alphas):
         one = ibflow.minimize_regularizer(

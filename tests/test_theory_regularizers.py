@@ -172,7 +172,8 @@ def test_implicit_bias_refusals(getkey):
     negative = ibflow.FullyConnectedNet.from_scale_shape(0.1, -0.5, dim=D, key=getkey())
     with pytest.raises(ValueError, match="final_sign"):
         ibflow.implicit_bias(negative)
-    assert isinstance(ibflow.implicit_bias(negative, final_sign=-1.0), ibflow.SingleNeuronRegularizer)
+    Q = ibflow.implicit_bias(negative, final_sign=-1.0)
+    assert isinstance(Q, ibflow.SingleNeuronRegularizer)
     positive = ibflow.FullyConnectedNet.from_scale_shape(0.1, 0.5, dim=D, key=getkey())
     wrong = -jnp.sign(positive.second[0])
     with pytest.raises(ValueError, match="impossible"):
@@ -180,7 +181,8 @@ def test_implicit_bias_refusals(getkey):
     with pytest.raises(ValueError, match="single-neuron"):
         ibflow.implicit_bias(ibflow.DiagonalNet.from_scale_shape(1.0, dim=D), final_sign=1.0)
     with pytest.raises(ValueError, match="k_i = 0"):
-        ibflow.implicit_bias(ibflow.DiagonalNet(jnp.ones(D), -jnp.ones(D), jnp.ones(D), jnp.ones(D)))
+        ones = jnp.ones(D)
+        ibflow.implicit_bias(ibflow.DiagonalNet(ones, -ones, ones, ones))
     # Under jit the δ < 0 check becomes a runtime error.
     with pytest.raises(Exception, match="final_sign"):
         eqx.filter_jit(ibflow.implicit_bias)(negative)

@@ -154,6 +154,11 @@ def _dual_newton(Q, X, b, rtol, max_steps):
                               steps=steps, status=status)
 
 
+@jax.jit
+def _singular_values(X):
+    return jnp.linalg.svd(X, compute_uv=False)
+
+
 def _minimize_l1(X, b):
     X, b = np.asarray(X, dtype=float), np.asarray(b, dtype=float)
     w = min_l1_interpolant(X, b)
@@ -179,7 +184,8 @@ def minimize_regularizer(
     Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     rtol: Float[ArrayLike, ""] = 1e-12, max_steps: int = 500, throw: bool = True,
 ) -> RegularizerMinimum:
-    """``argmin Q(w)`` over the interpolation set ``{w : Xw = b}``, ``b = Q.interpolation_targets(y)``
+    """``argmin Q(w)`` over the interpolation set ``{w : Xw = b}``,
+    ``b = Q.interpolation_targets(y)``
     (``b = y`` except for the leaky neuron, THEORY [AZ-T4]), with a certificate.
 
     For a strictly convex `Q` (`AbstractLegendreRegularizer`) it solves the dual: the KKT
@@ -191,16 +197,19 @@ def minimize_regularizer(
     ``F = +inf`` and is rejected (THEORY §2.3 solver tip). The Newton systems are solved by
     lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no minimiser that
     combines an exact Hessian with a line search (`optx.Newton` is an undamped root finder,
-    `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-13).
+    `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-12).
 
     It stops when every equation holds to ``rtol`` times its roundoff scale
     ``Σⱼ|Xᵢⱼwⱼ| + |bᵢ|``. Jittable and vmappable over `Q`, `X`, `y` (statuses per member).
 
-    Measured behaviour (n = 10, d = 30): k down to 1e-30 takes 18 steps and 1e-100 about 200
-    (each step gains a bounded amount of ``log(1/k)``). The single neuron with strongly negative
-    δ is the hard case: its conjugate ``½(‖u‖² + δ)₊^{3/2}`` is flat on a ball of radius
-    ``sqrt(−δ)`` and the solution sits just outside it, so the dual's curvature changes by
-    orders of magnitude over one Newton step. δ ≈ −400 (α = 10, s = −0.95) converges in about
+    Measured behaviour: at n = 10, d = 30, k down to 1e-30 takes 18 steps and 1e-100 about
+    240 (each damped step gains a bounded amount of ``log(1/k)``); at n = 100, d = 1000,
+    α = 1e-3 / 1e-6 / 1e-10 take 7 / 11 / 13 steps (5–25 ms after compilation), but α = 1e-30
+    is not done after 500 steps (relative feasibility 1e-5; status ``max_steps_reached``) — a
+    continuation in k would fix that and is not implemented. The single neuron with strongly
+    negative δ is the hard case: its conjugate ``½(‖u‖² + δ)₊^{3/2}`` is flat on a ball of
+    radius ``sqrt(−δ)`` and the solution sits just outside it, so the dual's curvature changes
+    by orders of magnitude over one Newton step. δ ≈ −400 (α = 10, s = −0.95) converges in about
     20 steps; δ ≈ −1e4 reaches only ~1e-9 relative feasibility in 500 steps and δ ≈ −1e6 stalls
     (status ``max_steps_reached``, never a silent answer). A better-conditioned formulation
     for δ ≪ 0 (e.g. in the radial variable ``t = ‖u‖² + δ``) is left open.
@@ -228,7 +237,9 @@ def minimize_regularizer(
         raise ValueError(f"minimize_regularizer needs n <= d (an underdetermined system); got "
                          f"n = {n} > d = {d}.")
     if not _checks.is_traced(X):
-        rank = np.linalg.matrix_rank(np.asarray(X))
+        with jax.ensure_compile_time_eval():  # X is concrete even inside an outer jit
+            sv = np.asarray(_singular_values(X))
+        rank = int(np.sum(sv > sv[0] * max(n, d) * np.finfo(sv.dtype).eps))
         if rank < n:
             raise ValueError(f"X has rank {rank} < n = {n}: the interpolation constraint Xw = y is "
                              "infeasible for generic y (and degenerate otherwise); drop "

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ... import _checks
-from ..._models.diagonal import DiagonalNet
 from ..._models._init import checked_scale_shape
+from ..._models.diagonal import DiagonalNet
 from ._stable import asinh_ratio, scaled_cosh_minus_one, scaled_sinh
 from .base import AbstractLegendreRegularizer
 from .quadratic import WeightedL2Norm
@@ -77,7 +77,8 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
                 raise ValueError("pass dim=d when scale and shape are both scalars.")
             k = jnp.broadcast_to(k, (dim,))
         elif k.ndim != 1 or (dim is not None and k.shape != (dim,)):
-            raise ValueError(f"scale/shape must be scalars or vectors of length dim; got shape {k.shape}.")
+            raise ValueError("scale/shape must be scalars or vectors of length dim; got shape "
+                             f"{k.shape}.")
         return cls(k=k, w0=jnp.zeros_like(k))
 
     @classmethod

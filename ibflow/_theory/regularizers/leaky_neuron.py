@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .base import AbstractLegendreRegularizer
-from .single_neuron import (neuron_conjugate, neuron_grad, neuron_grad_inverse, neuron_value)
+from .single_neuron import neuron_conjugate, neuron_grad, neuron_grad_inverse, neuron_value
 
 
 class LeakyNeuronRegularizer(AbstractLegendreRegularizer):

@@ -86,7 +86,8 @@ class SingleNeuronRegularizer(AbstractLegendreRegularizer):
 
     def __check_init__(self):
         if jnp.ndim(self.delta) != 0 or jnp.ndim(self.anchor) != 1:
-            raise ValueError("SingleNeuronRegularizer needs a scalar delta and an anchor of shape (d,).")
+            raise ValueError("SingleNeuronRegularizer needs a scalar delta and an anchor of "
+                             "shape (d,).")
 
     @classmethod
     def from_layers(cls, a0: Float[ArrayLike, ""], w0: Float[ArrayLike, " d"], *,
