@@ -141,7 +141,7 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
     X, y = p.X, p.y
     out = {}
     # --- the grid to the exact limit ---------------------------------------------------------
-    t = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes), runs=runs)
+    t = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes), runs=min(runs, 2))
     res = {k: np.asarray(v) for k, v in t.result.items()}
     out["vmap"] = dict(timing=t, steps=res["steps"], dist=rel_dist(res["w"], reference),
                        converged=int((res["status"] == 0).sum()), time=res["time"])
@@ -158,7 +158,7 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
     # --- the grid to GD's loss (1e-10), explicit solver only: gives the flow time T_i that
     # predicts the GD loop's iteration count, and ibflow's time at GD's tolerance ------------
     t = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes, target_loss=GD_TARGET,
-                                   stiff_solver=None), runs=1)
+                                   stiff_solver=None), runs=0)
     res = {k: np.asarray(v) for k, v in t.result.items()}
     out["vmap_gd_target"] = dict(timing=t, steps=res["steps"], time=res["time"],
                                  dist=rel_dist(res["w"], reference),
@@ -179,7 +179,7 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
     # --- profile: phase 1 (explicit Tsit5 until L ≤ stiff_switch · target) alone --------------
     t1 = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes,
                                     target_loss=STIFF_SWITCH * exact_target(y),
-                                    stiff_solver=None), runs=1)
+                                    stiff_solver=None), runs=0)
     steps1 = np.asarray(t1.result["steps"])
     vf = vector_field_seconds(X, y, p.size)
     out["profile"] = dict(phase1_s=t1.run_s, phase1_steps=steps1, vector_field_batch_s=vf,

@@ -18,11 +18,12 @@ def test_linear_flow_is_matrix_exponential(getkey):
     X, y = random_problem(getkey())
     n, d = X.shape
     w0 = jax.random.normal(getkey(), (d,))
-    ts = jnp.linspace(0.0, 50.0, 11)
+    ts = jnp.linspace(0.0, 5.0, 11)  # before the loss event ends the solve
     sol = ibflow.integrate(ibflow.LinearModel(w0), X, y, save_at=ts, rtol=1e-12)
     A, b = np.asarray(X.T @ X) / n, np.asarray(X.T @ y) / n
     gen = np.zeros((d + 1, d + 1))
     gen[:d, :d], gen[:d, d] = -A, b
+    assert np.isfinite(sol.trajectory.predictor).all()
     for t, w_t in zip(np.asarray(ts), np.asarray(sol.trajectory.predictor)):
         expected = (scipy.linalg.expm(t * gen) @ np.append(np.asarray(w0), 1.0))[:d]
         assert np.linalg.norm(w_t - expected) <= 1e-10 * np.linalg.norm(expected)
@@ -41,15 +42,15 @@ def test_linear_regression_from_zero_reaches_min_l2(getkey):
 def test_invariants_are_conserved(name, getkey):
     X, y = random_problem(getkey())
     model = foundation_models(getkey(), 40)[name]
-    if name == "leaky":  # realizable targets for a > 0: y = σ(X w*)
+    if name == "leaky":  # a > 0, δ > 0, y > 0: no pre-activation slides along its kink
         model = eqx.tree_at(lambda m: m.a, model, jnp.abs(model.a))
-        y = ibflow._models.leaky_neuron.leaky_relu(X @ jax.random.normal(getkey(), (40,)), 0.5)
-    ts = jnp.linspace(0.0, 50.0, 11)
+        y = jnp.abs(y) + 0.1
+    ts = jnp.linspace(0.0, 5.0, 11)
     sol = ibflow.integrate(model, X, y, save_at=ts, method="parameters", rtol=1e-12, throw=False)
     for leaf0, leaf_t in zip(jax.tree_util.tree_leaves(model.invariants()),
                              jax.tree_util.tree_leaves(sol.trajectory.invariants)):
         valid = jnp.isfinite(leaf_t.reshape(len(ts), -1)).all(axis=1)
-        assert valid.sum() >= 3
+        assert valid.sum() >= 6
         drift = jnp.max(jnp.abs(leaf_t[valid] - leaf0))
         assert drift <= 1e-9 * jnp.max(jnp.abs(leaf0))
 

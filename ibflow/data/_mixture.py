@@ -58,8 +58,9 @@ def near_orthogonality(X: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
     """``n · max_{i≠k} |⟨xᵢ, x_k⟩| / minᵢ ‖xᵢ‖²`` (THEORY §4.1).
 
     Frei et al.'s condition ``‖xᵢ‖² ≥ C n max_{k≠i} |⟨xᵢ, x_k⟩|`` holds with constant C exactly when
-    this number is ≤ 1/C: small values (≪ 1) mean nearly orthogonal data. For the seed's mixture it
-    is about ``n √(2 d log n²)/d`` ≈ 3 (C ≈ 0.3); for the digits it is ≫ 1. Jit/vmap-able.
+    this number is ≤ 1/C: small values (≪ 1) mean nearly orthogonal data. For the seed's mixture
+    (n = 10, d = 784) it is about ``n σ_e √(2 log(n²)) / (σ_e √d)`` ≈ 1 (measured 0.75 and 1.13 for
+    two draws), i.e. only C ≈ 1; for the digits it is ≈ 10². Jit/vmap-able.
     """
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[0] < 2:
