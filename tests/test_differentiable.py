@@ -175,7 +175,7 @@ def test_single_neuron_gradients_agree(getkey, solve):
 def test_leaky_neuron_gradients_agree(solve):
     # Targets of both signs through the leaky ReLU, so the interpolation set is the affine
     # σ⁻¹ one of THEORY [AZ-T4]. Fixed instances: on about a third of random instances the
-    # adaptive solver stalls at a kink of the vector field (THEORY §7; measured here: 7 of 18
+    # adaptive solver stalls at a kink of the vector field (THEORY §7; measured here: 8 of 18
     # ran out of budget), which would leave the solve route unconverged, not wrong; the third
     # member drawn from these seeds is such a case and is dropped.
     X, y, Xt, target = _data(jax.random.key(11), 3, lambda z: leaky_relu(z, 0.2))

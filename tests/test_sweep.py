@@ -21,14 +21,14 @@ SCRIPT = textwrap.dedent("""
     grid = ibflow.Grid(scale=np.logspace(-4, 0, {scales}), shape=[0.0, 0.6])
     build = lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(scale, shape, dim={D})
     res = ibflow.sweep(build, grid, data, out=sys.argv[1], chunk_size=4, progress=False,
-                       rtol=1e-6, atol=1e-10)
+                       rtol={rtol}, atol=1e-14)
     print("devices", len(jax.devices()), "converged", int(res.converged.sum()))
 """)
 
 
-def _script(tmp_path, scales):
+def _script(tmp_path, scales, rtol=1e-6):
     path = tmp_path / "run_sweep.py"
-    path.write_text(SCRIPT.format(N=N, D=D, scales=scales))
+    path.write_text(SCRIPT.format(N=N, D=D, scales=scales, rtol=rtol))
     return path
 
 
@@ -110,7 +110,8 @@ def test_results_directory_is_readable_without_ibflow(small_sweep, tmp_path):
 
 
 def test_sigkill_resume_is_byte_identical(tmp_path):
-    script = _script(tmp_path, scales=16)  # 32 members, 8 chunks of 4
+    # 32 members, 8 chunks of 4; a tight rtol makes each chunk slow enough to kill mid-run.
+    script = _script(tmp_path, scales=16, rtol=1e-12)
     reference = tmp_path / "uninterrupted"
     assert _run(script, reference).returncode == 0
     out = tmp_path / "interrupted"
@@ -118,12 +119,12 @@ def test_sigkill_resume_is_byte_identical(tmp_path):
                             stderr=subprocess.DEVNULL, env=_env(tmp_path))
     chunks = out / "chunks"
     deadline = time.time() + 300
-    while time.time() < deadline and len(list(chunks.glob("chunk-*.npz"))) < 3:
-        time.sleep(0.05)
+    while time.time() < deadline and not list(chunks.glob("chunk-*.npz")):
+        time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     survivors = {p.name: p.stat().st_mtime_ns for p in chunks.glob("chunk-*.npz")}
-    assert 3 <= len(survivors) < 8, "kill the sweep mid-run"
+    assert 1 <= len(survivors) < 8, f"kill the sweep mid-run ({len(survivors)} chunks done)"
     assert not (out / "results.npz").exists()
     assert _run(script, out).returncode == 0
     for name, mtime in survivors.items():  # finished chunks were not recomputed

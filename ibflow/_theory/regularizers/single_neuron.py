@@ -40,7 +40,9 @@ def neuron_grad_inverse(delta, anchor, z):
     ``|a| = sqrt(‖w‖² + δ)`` (THEORY [AZ-FC-Q] explicit inverse). For δ < 0 the ball
     ``‖u‖ ≤ sqrt(−δ)`` is the subdifferential at the conic point and maps to 0."""
     u = (2.0 / 3.0) * z + anchor
-    return jnp.sqrt(_shifted_square(delta, u)) * u
+    shifted = _shifted_square(delta, u)
+    positive = shifted > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, shifted, 1.0)), 0.0) * u
 
 
 def neuron_conjugate(delta, anchor, z):
@@ -54,7 +56,9 @@ def _shifted_square(delta, u):
     """``(‖u‖² + δ)₊``; for δ < 0 as ``(‖u‖ − r)₊(‖u‖ + r)``, ``r = sqrt(−δ)``, to avoid
     cancellation near the ball's boundary."""
     sq = jnp.sum(u**2)
-    r = jnp.sqrt(jnp.maximum(-delta, 0.0))
+    neg = delta < 0
+    # Double where: sqrt's derivative at 0 is inf, and inf·0 would make ∂/∂δ NaN for δ ≥ 0.
+    r = jnp.where(neg, jnp.sqrt(jnp.where(neg, -delta, 1.0)), 0.0)
     norm = safe_norm(u)
     return jnp.where(delta >= 0, sq + delta, jnp.maximum(norm - r, 0.0) * (norm + r))
 
