@@ -235,8 +235,8 @@ def rows_scipy(ctx: Context) -> list[Row]:
             p.size, run_s=est, per_config_s=est / p.size,
             steps=_steps_summary(steps) if steps else "",
             dist=max(dists) if dists else None,
-            note=f"{'≥ (some configs capped at ' + str(ctx.s.scipy_cap_s) + ' s); ' if capped else ''}"
-                 f"mean over {len(runs)} sampled configs {list(map(int, e['index']))} × "
+            note=(f"≥ (some configs capped at {ctx.s.scipy_cap_s:g} s); " if capped else "")
+                 + f"mean over {len(runs)} sampled configs {list(map(int, e['index']))} × "
                  f"{p.size}; per config "
                  + ", ".join(f"{r['seconds']:.2g}" for r in runs) + " s; rtol 1e-10, atol 1e-14"))
     ex = sc["exact"]

@@ -22,7 +22,7 @@ from ._common import GD_TARGET, Problem, rel_dist, sample, time_jax
 
 #: ibflow's default target relative to the zero predictor's loss (ibflow.integrate docstring).
 EXACT_RELATIVE_TARGET = 1e-24
-#: ibflow.integrate's default switch to the implicit (Kvaerno5) tail.
+#: Phase-1 target / exact target: integrate switches to Kvaerno5 at 1e-8·mean(y²)/2 = 1e16 × it.
 STIFF_SWITCH = 1e16
 #: Evaluations of the vector field per accepted Tsit5 step (7 stages, first same as last).
 TSIT5_STAGES = 6
@@ -176,7 +176,7 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
         dists.append(float(rel_dist(ti.result["w"], reference[i])))
     out["single"] = dict(index=idx, run_s=np.asarray(per), compile_s=compile_s,
                          steps=np.asarray(steps), dist=np.asarray(dists))
-    # --- profile: phase 1 (explicit Tsit5 until L ≤ stiff_switch · target) alone --------------
+    # --- profile: phase 1 (explicit Tsit5 until L ≤ 1e-8·mean(y²)/2, the switch) alone -------
     t1 = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes,
                                     target_loss=STIFF_SWITCH * exact_target(y),
                                     stiff_solver=None), runs=0)

@@ -88,11 +88,13 @@ def _merge_saved(first, second, t_switch):
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counted by tests: one trace per configuration
 def _integrate(dynamics: AbstractDynamics, *, solver, stiff_solver, rtol, atol, target_loss,
-               stiff_switch, t_max, max_steps, save_at, throw, adjoint, dt0) -> Solution:
+               stiff_switch, loss_scale, t_max, max_steps, save_at, throw, adjoint,
+               dt0) -> Solution:
     common = dict(rtol=rtol, atol=atol, t_max=t_max, max_steps=max_steps, save_at=save_at,
                   adjoint=adjoint)
     first = _phase(dynamics, solver, dynamics.initial_state(), 0.0,
-                   stop_at=target_loss if stiff_solver is None else target_loss * stiff_switch,
+                   stop_at=target_loss if stiff_solver is None else jnp.maximum(
+                       target_loss, stiff_switch * loss_scale),
                    dt0=dt0, **common)
     sol, steps = first, first.stats["num_accepted_steps"]
     if stiff_solver is not None:
@@ -131,7 +133,7 @@ def integrate(
     target_loss: Float[ArrayLike, ""] | None = None, rtol: Float[ArrayLike, ""] = 1e-10,
     atol: Float[ArrayLike, ""] = 1e-14, solver: dfx.AbstractAdaptiveSolver = dfx.Tsit5(),
     stiff_solver: dfx.AbstractAdaptiveSolver | None | Literal["auto"] = "auto",
-    stiff_switch: Float[ArrayLike, ""] = 1e16, max_steps: int = 100_000, t_max: Float[ArrayLike, ""] = 1e14,
+    stiff_switch: Float[ArrayLike, ""] = 1e-8, max_steps: int = 100_000, t_max: Float[ArrayLike, ""] = 1e14,
     save_at: Float[ArrayLike, " T"] | None = None, method: Method = "auto", throw: bool = True,
     adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
     dt0: Float[ArrayLike, ""] | None = None,
@@ -155,8 +157,9 @@ def integrate(
     - `rtol`, `atol`: the step-size controller's tolerances. `solver`: any adaptive Diffrax solver.
     - `stiff_solver`, `stiff_switch`: the last phase of a flow is stiff (the slowest mode of the
       tangent kernel at the limit can be 1e4–1e6 times slower than the fastest), where an
-      explicit solver crawls at its stability limit. So once ``L ≤ stiff_switch · target_loss``
-      the solve continues with `stiff_solver` (Kvaerno5 by default: tens of steps instead of
+      explicit solver crawls at its stability limit. So once ``L ≤ stiff_switch · mean(y²)/2``
+      (and not before the target: loose targets never need it) the solve continues with
+      `stiff_solver` (Kvaerno5 by default: tens of steps instead of
       ~1e5). ``"auto"`` uses Kvaerno5 when the ODE state has at most 1024 entries (its Jacobian
       is then cheap) and no stiff phase otherwise; ``None`` disables it.
     - `max_steps`, `t_max`: the budget; running out of either gives `Status.budget_exhausted`.
@@ -202,7 +205,8 @@ def integrate(
     return _integrate(dynamics, solver=solver, stiff_solver=stiff_solver,
                       max_steps=int(max_steps), save_at=save_at, throw=throw, adjoint=adjoint,
                       dt0=None if dt0 is None else jnp.asarray(dt0, dtype=float),
-                      stiff_switch=jnp.asarray(stiff_switch, dtype=float), **floats)
+                      stiff_switch=jnp.asarray(stiff_switch, dtype=float),
+                      loss_scale=0.5 * jnp.mean(jnp.asarray(y) ** 2), **floats)
 
 
 __all__ = ["integrate"]

@@ -3,8 +3,8 @@
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .base import AbstractLinearModel
 from ._init import checked_scale_shape, layer_norms
+from .base import AbstractLinearModel
 
 
 class DiagonalNet(AbstractLinearModel):

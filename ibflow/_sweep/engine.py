@@ -73,11 +73,15 @@ def _source_fingerprint(fn: Callable) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def _chunk_function(build, options, reference_names, has_test, mesh):
-    """The compiled per-chunk computation: vmapped over members, sharded over devices."""
+@eqx.filter_jit
+def _integrate_batch(build, options, reference_names, has_test, params, X, y, X_test, y_test,
+                     refs):
+    """The compiled per-round computation, vmapped over members. Module-level so that repeated
+    sweeps with the same `build` (compared by identity, or by value for an Equinox module) and the
+    same static options reuse one compilation; float options arrive as traced arrays."""
 
-    def one(params, X, y, X_test, y_test, refs):
-        model_params, member_options = _split_params(params)
+    def one(p):
+        model_params, member_options = _split_params(p)
         model = build(**model_params)
         sol = integrate(model, X, y, throw=False, **(options | member_options))
         record = {"loss": sol.loss, "steps": sol.steps, "time": sol.time,
@@ -92,21 +96,24 @@ def _chunk_function(build, options, reference_names, has_test, mesh):
                                               / jnp.linalg.norm(refs[name]))
         return record
 
-    def batch(params, X, y, X_test, y_test, refs):
-        return jax.vmap(one, in_axes=(0, None, None, None, None, None))(
-            params, X, y, X_test, y_test, refs)
+    return jax.vmap(one)(params)
 
-    # The member axis is sharded over the mesh (GSPMD partitions the vmapped solve); data and
-    # references are replicated. (shard_map would give each device its own while loop, but
-    # lineax's linear solves inside the implicit phase do not trace under it in this JAX.)
+
+def _chunk_function(build, options, reference_names, has_test, mesh):
+    """Shards the member axis over the mesh (GSPMD partitions the vmapped solve); data and
+    references are replicated. (shard_map would give each device its own while loop, but
+    lineax's linear solves inside the implicit phase do not trace under it in this JAX.)"""
     members_spec = NamedSharding(mesh, PartitionSpec("members"))
     replicated = NamedSharding(mesh, PartitionSpec())
-    jitted = eqx.filter_jit(batch)
+    options = {k: jnp.asarray(v, dtype=float) if k in MEMBER_OPTIONS else v
+               for k, v in options.items()}
+    names = tuple(reference_names)
 
     def run(params, X, y, X_test, y_test, refs):
         params = jax.device_put(params, members_spec)
         X, y, X_test, y_test, refs = jax.device_put((X, y, X_test, y_test, refs), replicated)
-        return jitted(params, X, y, X_test, y_test, refs)
+        return _integrate_batch(build, options, names, has_test, params, X, y, X_test, y_test,
+                                refs)
 
     return run
 
