@@ -68,7 +68,7 @@ class Context:
 
     @functools.cached_property
     def scipy(self):
-        p, ref = self.p, self.reference["w"]
+        p = self.p
         idx = C.sample(p.size, self.s.scipy_sample)
         out = {}
         for ode in ("parameters", "reduced"):
