@@ -11,31 +11,7 @@ from jaxtyping import ArrayLike, Float
 
 from .. import _checks
 from .._theory.minimizer import MinimizerStatus, RegularizerMinimum, minimize_regularizer
-from .._theory.regularizers._stable import safe_norm
 from .._theory.regularizers.base import AbstractLegendreRegularizer, AbstractRegularizer
-from .._theory.regularizers.leaky_neuron import LeakyNeuronRegularizer
-from .._theory.regularizers.single_neuron import SingleNeuronRegularizer
-
-
-def _neuron_grad_inverse(delta, anchor, z):
-    """``(∇Q)⁻¹(z) = sqrt((‖u‖² + δ)₊)·u``, ``u = (2/3)z + anchor`` (THEORY [AZ-FC-Q] explicit
-    inverse), the same values as ``SingleNeuronRegularizer.grad_inverse`` but with finite
-    derivatives in δ: the radius ``r = sqrt(−δ)`` of the conic ball is formed with the
-    double-``where`` so that δ > 0 does not produce ``0·∞ = nan`` in ``∂/∂δ``."""
-    u = (2.0 / 3.0) * z + anchor
-    neg = delta < 0
-    r = jnp.where(neg, jnp.sqrt(jnp.where(neg, -delta, 1.0)), 0.0)
-    norm = safe_norm(u)
-    shifted = jnp.where(neg, jnp.maximum(norm - r, 0.0) * (norm + r), jnp.sum(u**2) + delta)
-    pos = shifted > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, shifted, 1.0)), 0.0) * u
-
-
-def _grad_inverse(Q, z):
-    """``Q.grad_inverse(z)`` with derivatives finite in every field of ``Q``."""
-    if isinstance(Q, (SingleNeuronRegularizer, LeakyNeuronRegularizer)):
-        return _neuron_grad_inverse(Q.delta, Q.anchor, z)
-    return Q.grad_inverse(z)
 
 
 def _primal(inputs):
@@ -51,7 +27,7 @@ def _kkt(nu, _, inputs):
     ``X ∇²Q*(Xᵀν) Xᵀ``: symmetric positive definite for a strictly convex ``Q`` away from the
     conic point of the single neuron with δ < 0 (THEORY §2.4)."""
     Q, X, y, _, _ = inputs
-    return X @ _grad_inverse(Q, X.T @ nu) - Q.interpolation_targets(y)
+    return X @ Q.grad_inverse(X.T @ nu) - Q.interpolation_targets(y)
 
 
 @eqx.filter_jit
@@ -61,7 +37,7 @@ def _differentiable_minimize(Q, X, y, rtol, max_steps):
         lx.Cholesky())
     # Re-attach w (and the certificate) to the differentiable ν: w = ∇Q*(Xᵀν) depends on Q and
     # X both directly and through ν.
-    w = _grad_inverse(Q, X.T @ nu)
+    w = Q.grad_inverse(X.T @ nu)
     return RegularizerMinimum(w=w, nu=nu, feasibility=out.feasibility,
                               stationarity=out.stationarity, steps=out.steps, status=out.status)
 
