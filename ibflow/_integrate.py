@@ -15,7 +15,7 @@ from ._flows.gradient import GradientFlow
 from ._losses import AbstractLoss, SquareLoss
 from ._models.base import AbstractModel, AbstractPredictorModel
 from ._models.diagonal import DiagonalNet
-from ._solution import Solution, Status, Trajectory
+from ._solution import Solution, Status, Trajectory, status_from_diffrax
 
 Method = Literal["auto", "parameters", "reduced"]
 
@@ -37,16 +37,6 @@ def _select_dynamics(model, X, y, flow, loss, method: Method) -> AbstractDynamic
     if reducible and method != "parameters":
         return DiagonalReducedDynamics(model, X, y)
     return ParameterDynamics(model, X, y, flow, loss)
-
-
-def _status(result, loss) -> Status:
-    finite = jnp.isfinite(loss)
-    status = Status.where(result == dfx.RESULTS.event_occurred, Status.converged,
-                          Status.solver_failed)
-    status = Status.where(
-        (result == dfx.RESULTS.max_steps_reached) | (result == dfx.RESULTS.successful),
-        Status.budget_exhausted, status)
-    return Status.where(finite, status, Status.nonfinite)
 
 
 def _predictor(model):
@@ -118,7 +108,7 @@ def _integrate(dynamics: AbstractDynamics, *, solver, stiff_solver, rtol, atol, 
         loss_t, pred_t, inv_t = saved
         trajectory = Trajectory(ts=save_at, loss=loss_t, predictor=pred_t, invariants=inv_t)
     out = Solution(model=model, predictor=_predictor(model), loss=loss, time=sol.ts[0][-1],
-                   steps=steps, status=_status(result, loss), target_loss=target_loss,
+                   steps=steps, status=status_from_diffrax(result, loss), target_loss=target_loss,
                    trajectory=trajectory)
     if throw:
         out = eqx.error_if(out, out.status != Status.converged,

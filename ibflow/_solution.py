@@ -1,6 +1,8 @@
 """What a flow integration returns."""
 
+import diffrax as dfx
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from ._models.base import AbstractModel
@@ -13,6 +15,18 @@ class Status(eqx.Enumeration):
     budget_exhausted = "the step or time budget ran out before the loss reached its target"
     nonfinite = "the state or the loss became non-finite"
     solver_failed = "the ODE solver failed (step-size underflow or a failed implicit solve)"
+
+
+def status_from_diffrax(result, loss) -> Status:
+    """Map a Diffrax result of a loss-event-terminated solve (and the final loss) to a `Status`:
+    the event means converged, running out of steps or reaching t1 means budget exhausted, a
+    non-finite loss overrides everything."""
+    status = Status.where(result == dfx.RESULTS.event_occurred, Status.converged,
+                          Status.solver_failed)
+    status = Status.where(
+        (result == dfx.RESULTS.max_steps_reached) | (result == dfx.RESULTS.successful),
+        Status.budget_exhausted, status)
+    return Status.where(jnp.isfinite(loss), status, Status.nonfinite)
 
 
 class Trajectory(eqx.Module):

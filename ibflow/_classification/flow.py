@@ -32,7 +32,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .. import _checks
 from .._losses import AbstractLoss, LogisticLoss
 from .._models.classifier import TwoLayerClassifier, leaky_relu
-from .._solution import Status
+from .._solution import Status, status_from_diffrax
 
 Clock = Literal["log-loss", "warped", "time"]
 _CLOCKS = ("log-loss", "warped", "time")
@@ -164,15 +164,6 @@ class ClassifierReducedDynamics(eqx.Module):
         return out
 
 
-def _status(result, loss):
-    status = Status.where(result == dfx.RESULTS.event_occurred, Status.converged,
-                          Status.solver_failed)
-    status = Status.where(
-        (result == dfx.RESULTS.max_steps_reached) | (result == dfx.RESULTS.successful),
-        Status.budget_exhausted, status)
-    return Status.where(jnp.isfinite(loss), status, Status.nonfinite)
-
-
 @eqx.filter_jit
 def _solve(dynamics, *, solver, rtol, atol, target_loss, c_max, save_at, num_save, max_steps,
            throw):
@@ -208,7 +199,7 @@ def _solve(dynamics, *, solver, rtol, atol, target_loss, c_max, save_at, num_sav
         loss=jax.vmap(dynamics.loss)(saved), models=jax.vmap(dynamics.model)(saved))
     out = ClassificationSolution(
         model=dynamics.model(final), loss=loss, time=final["t"], clock=sol.ts[0][-1],
-        steps=sol.stats["num_accepted_steps"], status=_status(sol.result, loss),
+        steps=sol.stats["num_accepted_steps"], status=status_from_diffrax(sol.result, loss),
         target_loss=target_loss, trajectory=trajectory)
     if throw:
         out = eqx.error_if(out, out.status != Status.converged,

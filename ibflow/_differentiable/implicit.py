@@ -5,12 +5,15 @@ from the implicit function theorem on its KKT/dual system (THEORY §2.1 item 5, 
 import equinox as eqx
 import jax.numpy as jnp
 import lineax as lx
-import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
-from .. import _checks
-from .._theory.minimizer import MinimizerStatus, RegularizerMinimum, minimize_regularizer
+from .._theory.minimizer import (
+    MinimizerStatus,
+    RegularizerMinimum,
+    checked_interpolation_data,
+    minimize_regularizer,
+)
 from .._theory.regularizers.base import AbstractLegendreRegularizer, AbstractRegularizer
 
 
@@ -75,12 +78,7 @@ def differentiable_minimize(
     if not isinstance(Q, AbstractLegendreRegularizer):
         raise ValueError(f"differentiable_minimize needs a Legendre-type regularizer (closed-form "
                          f"(∇Q)⁻¹); got {type(Q).__name__}.")
-    X, y = _checks.data(X, y)
-    if X.shape[0] > X.shape[1]:
-        raise ValueError(f"differentiable_minimize needs n <= d; got X of shape {X.shape}.")
-    if not _checks.is_traced(X) and np.linalg.matrix_rank(np.asarray(X)) < X.shape[0]:
-        raise ValueError("X must have full row rank n: the KKT system (and the limit's "
-                         "derivative) is singular otherwise; drop dependent rows.")
+    X, y = checked_interpolation_data(X, y, "differentiable_minimize")
     out = _differentiable_minimize(Q, X, y, jnp.asarray(rtol, dtype=float), int(max_steps))
     if throw:
         out = eqx.error_if(out, out.status != MinimizerStatus.converged,

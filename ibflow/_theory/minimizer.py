@@ -180,6 +180,25 @@ def _minimize_l1(X, b):
         status=MinimizerStatus.converged)
 
 
+def checked_interpolation_data(X, y, caller: str):
+    """Validate an interpolation problem: finite data, n <= d, and (when `X` is concrete)
+    rank X = n; shared by every solver of ``argmin Q s.t. Xw = y``."""
+    X, y = _checks.data(X, y)
+    n, d = X.shape
+    if n > d:
+        raise ValueError(f"{caller} needs n <= d (an underdetermined system); got "
+                         f"n = {n} > d = {d}.")
+    if not _checks.is_traced(X):
+        with jax.ensure_compile_time_eval():  # X is concrete even inside an outer jit
+            sv = np.asarray(_singular_values(X))
+        rank = int(np.sum(sv > sv[0] * max(n, d) * np.finfo(sv.dtype).eps))
+        if rank < n:
+            raise ValueError(f"X has rank {rank} < n = {n}: the interpolation constraint Xw = y is "
+                             "infeasible for generic y (and degenerate otherwise); drop "
+                             "dependent rows.")
+    return X, y
+
+
 def minimize_regularizer(
     Q: AbstractRegularizer, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     rtol: Float[ArrayLike, ""] = 1e-12, max_steps: int = 500, throw: bool = True,
@@ -231,19 +250,7 @@ def minimize_regularizer(
     """
     if not isinstance(Q, AbstractRegularizer):
         raise ValueError(f"Q must be an ibflow regularizer; got {type(Q).__name__}.")
-    X, y = _checks.data(X, y)
-    n, d = X.shape
-    if n > d:
-        raise ValueError(f"minimize_regularizer needs n <= d (an underdetermined system); got "
-                         f"n = {n} > d = {d}.")
-    if not _checks.is_traced(X):
-        with jax.ensure_compile_time_eval():  # X is concrete even inside an outer jit
-            sv = np.asarray(_singular_values(X))
-        rank = int(np.sum(sv > sv[0] * max(n, d) * np.finfo(sv.dtype).eps))
-        if rank < n:
-            raise ValueError(f"X has rank {rank} < n = {n}: the interpolation constraint Xw = y is "
-                             "infeasible for generic y (and degenerate otherwise); drop "
-                             "dependent rows.")
+    X, y = checked_interpolation_data(X, y, "minimize_regularizer")
     b = Q.interpolation_targets(y)
     if isinstance(Q, L1Norm):
         if _checks.is_traced(X) or _checks.is_traced(y):

@@ -4,11 +4,10 @@ Theorem 4 (THEORY §2.5 [AZ-T4])."""
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .base import AbstractLegendreRegularizer
-from .single_neuron import neuron_conjugate, neuron_grad, neuron_grad_inverse, neuron_value
+from .single_neuron import AbstractNeuronRegularizer
 
 
-class LeakyNeuronRegularizer(AbstractLegendreRegularizer):
+class LeakyNeuronRegularizer(AbstractNeuronRegularizer):
     r"""Theorem 4 (THEORY [AZ-T4]) for ``f(x) = a·σ_γ(⟨w, x⟩)``, ``σ_γ(z) = max(z, γz)``:
     the same ``Q`` as `SingleNeuronRegularizer` (same invariant δ, same warp ``|a|``), minimised
     over the **affine** set ``⟨w̃, xᵢ⟩ = s·σ_γ⁻¹(s·yᵢ)`` where ``s = sign(a(∞))``
@@ -49,18 +48,6 @@ class LeakyNeuronRegularizer(AbstractLegendreRegularizer):
                 or jnp.ndim(self.sign) != 0):
             raise ValueError("LeakyNeuronRegularizer needs scalar delta, slope, sign and an "
                              "anchor of shape (d,).")
-
-    def value(self, w):
-        return neuron_value(self.delta, self.anchor, w)
-
-    def grad(self, w):
-        return neuron_grad(self.delta, self.anchor, w)
-
-    def grad_inverse(self, z):
-        return neuron_grad_inverse(self.delta, self.anchor, z)
-
-    def conjugate(self, z):
-        return neuron_conjugate(self.delta, self.anchor, z)
 
     def interpolation_targets(self, y):
         """``b = s·σ_γ⁻¹(s·y)``: the linear outputs ``⟨w̃, xᵢ⟩`` that produce outputs ``y``."""

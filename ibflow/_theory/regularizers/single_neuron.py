@@ -1,6 +1,7 @@
 """Implicit regularizer of the two-layer network with one hidden neuron: Theorem 2 with the
 sign-flip rule, Proposition 1 (δ = 0) (THEORY §2.4 [AZ-FC-Q], [AZ-P1])."""
 
+import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
@@ -67,7 +68,28 @@ def _anchor(w0, final_sign):
     return jnp.asarray(final_sign, dtype=float) * jnp.asarray(w0, dtype=float)
 
 
-class SingleNeuronRegularizer(AbstractLegendreRegularizer):
+class AbstractNeuronRegularizer(AbstractLegendreRegularizer):
+    """The Theorem-2 regularizer ``Q(w̃) = q_δ(‖w̃‖) − (3/2)⟨anchor, w̃⟩`` (THEORY [AZ-FC-Q]),
+    shared by the linear neuron and the leaky neuron (Theorem 4 has the same Q; only the
+    interpolation set differs, see `interpolation_targets`)."""
+
+    delta: eqx.AbstractVar[Float[Array, ""]]
+    anchor: eqx.AbstractVar[Float[Array, " d"]]
+
+    def value(self, w):
+        return neuron_value(self.delta, self.anchor, w)
+
+    def grad(self, w):
+        return neuron_grad(self.delta, self.anchor, w)
+
+    def grad_inverse(self, z):
+        return neuron_grad_inverse(self.delta, self.anchor, z)
+
+    def conjugate(self, z):
+        return neuron_conjugate(self.delta, self.anchor, z)
+
+
+class SingleNeuronRegularizer(AbstractNeuronRegularizer):
     r"""Theorem 2 (THEORY [AZ-FC-Q]) for ``f(x) = a⟨w, x⟩`` with ``δ = a² − ‖w‖²``:
 
     ``Q(w̃) = q_δ(‖w̃‖) − (3/2)⟨σ·w₀, w̃⟩``, ``q_δ(ρ) = (S − δ)sqrt(S + δ/2)``,
@@ -107,18 +129,6 @@ class SingleNeuronRegularizer(AbstractLegendreRegularizer):
         ``σw₀ = w̃₀/‖w̃₀‖^{1/2}``."""
         w_tilde0 = jnp.asarray(w_tilde0, dtype=float)
         return cls(delta=jnp.zeros(()), anchor=w_tilde0 / jnp.sqrt(jnp.linalg.norm(w_tilde0)))
-
-    def value(self, w):
-        return neuron_value(self.delta, self.anchor, w)
-
-    def grad(self, w):
-        return neuron_grad(self.delta, self.anchor, w)
-
-    def grad_inverse(self, z):
-        return neuron_grad_inverse(self.delta, self.anchor, z)
-
-    def conjugate(self, z):
-        return neuron_conjugate(self.delta, self.anchor, z)
 
     def interpolation_targets(self, y):
         return y
