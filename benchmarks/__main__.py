@@ -5,7 +5,11 @@ Runs the comparisons of issue 7 side by side in one process on the Figure 7.1 pr
 prints ONE markdown table, and writes it as ``DIR/latest.{md,csv,json}`` (default
 ``benchmarks/results``) with the machine description.
 
-Benchmarks (``--only``): ibflow, gd, scipy, minimizer, scaling, roofline. Target rows need the
+Benchmarks (``--only``): ibflow, gd, scipy, minimizer, scaling, roofline, work_precision (the
+work–precision figure and table of issue 14, ``benchmarks.work_precision``; with ``--quick`` its
+``--small`` version; writes ``DIR/work_precision.{md,png}``), general (issue 12's
+general-model table, ``benchmarks/general_models.py``; also written as
+``DIR/general_models.{md,png}``). Target rows need the
 benchmarks they compare; a target whose inputs were not run is reported as "not run".
 """
 
@@ -20,10 +24,20 @@ import time
 import numpy as np
 
 from . import _common as C
-from . import gd_loop, ibflow_grid, minimizer, reference, roofline, scaling, scipy_loop
+from . import (
+    gd_loop,
+    general_models,
+    ibflow_grid,
+    minimizer,
+    reference,
+    roofline,
+    scaling,
+    scipy_loop,
+    work_precision,
+)
 from ._common import Row
 
-NAMES = ("ibflow", "gd", "scipy", "minimizer", "scaling", "roofline")
+NAMES = ("ibflow", "gd", "scipy", "minimizer", "scaling", "roofline", "work_precision", "general")
 
 
 class Settings:
@@ -42,6 +56,7 @@ class Settings:
         self.scaling_dims = [60] if quick else [300, 1000, 3000, 10_000]
         self.scaling_dim_configs = 6 if quick else 10
         self.scaling_n = 12 if quick else 100
+        self.general_cap_s = 1.0 if quick else 90.0
 
 
 class Context:
@@ -328,6 +343,29 @@ def rows_roofline(ctx: Context) -> list[Row]:
     return rows
 
 
+def rows_work_precision(ctx: Context) -> list[Row]:
+    res = work_precision.run(ctx.s.quick, ctx.out_dir)
+    rows = []
+    for r in res["ratios"]:
+        ib, pe = r["ibflow"], r["peer"]
+        note = (f"fastest peer: {pe.method}, {pe.setting} ({pe.how}, {pe.wall_s:.3g} s); "
+                if pe else "no peer reaches it; ")
+        note += (f"fastest ibflow: {ib.setting} ({ib.wall_s:.3g} s)" if ib
+                 else "no ibflow setting reaches it")
+        rows.append(Row("7", f"work–precision: best peer / ibflow at max error ≤ {r['level']:.0e}",
+                        run_s=ib.wall_s if ib else None,
+                        dist=ib.max_err if ib else None, value=r["ratio"], target="≥ 10×",
+                        passed=r["passed"], note=note))
+    return rows
+
+
+def rows_general(ctx: Context) -> list[Row]:
+    results = general_models.run(ctx.s.quick, cap_s=ctx.s.general_cap_s,
+                                 runs=1 if ctx.s.quick else ctx.s.runs)
+    ctx.__dict__["general_results"] = results
+    return general_models.rows(results)
+
+
 def _target(name, ratio, target, passed, note="") -> Row:
     return Row("T", name, value=ratio, target=target,
                passed=None if passed is None else bool(passed), note=note)
@@ -412,9 +450,12 @@ def main(argv=None) -> int:
         ap.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(NAMES)}")
     machine = C.machine()
     ctx = Context(Settings(args.quick))
+    ctx.out_dir = args.out
     machine["problem"] = ("quick: " if args.quick else "Figure 7.1: ") + ctx.p.describe()
     builders = {"ibflow": rows_ibflow, "gd": rows_gd, "scipy": rows_scipy,
-                "minimizer": rows_minimizer, "scaling": rows_scaling, "roofline": rows_roofline}
+                "minimizer": rows_minimizer, "scaling": rows_scaling, "roofline": rows_roofline,
+                "work_precision": rows_work_precision,
+                "general": rows_general}
     rows: list[Row] = []
     t0 = time.perf_counter()
     for name in NAMES:
@@ -426,6 +467,9 @@ def main(argv=None) -> int:
     rows += rows_targets(ctx, set(only))
     machine["benchmark wall time [s]"] = round(time.perf_counter() - t0, 1)
     paths = C.write(rows, machine, args.out)
+    if "general_results" in ctx.__dict__:
+        general = general_models.write(ctx.general_results, machine, args.out, args.quick)
+        paths.update({f"general_{k}": v for k, v in general.items()})
     print(C.markdown(rows, machine))
     print("written: " + ", ".join(paths.values()), file=sys.stderr)
     return 0

@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import ibflow
-
 from ibflow._reproduce.shape_scale import SWEEP_RTOL
 
 from ._common import GD_TARGET, Problem, rel_dist, sample, time_jax

@@ -74,7 +74,7 @@ def minimizers(X, y, alphas, shapes) -> tuple[np.ndarray, str]:
         w, status = _ibflow_minimizers(jnp.asarray(alphas), jnp.asarray(shapes), jnp.asarray(X),
                                        jnp.asarray(y))
         w, status = np.asarray(w), np.asarray(status)
-        bad = status != int(ibflow.MinimizerStatus.converged._value)
+        bad = status != int(ibflow.Status.converged._value)
         if bad.any():  # fall back, member by member, to the independent implementation
             for i in np.flatnonzero(bad):
                 w[i] = benchmark_dual_newton(X, y, k_of(alphas[i], shapes[i]))

@@ -10,10 +10,20 @@ import jax as _jax
 
 _jax.config.update("jax_enable_x64", True)
 
+from ._cache import enable_compilation_cache as _enable_compilation_cache  # noqa: E402
+
+_enable_compilation_cache()
+
 from . import data as data  # noqa: E402
 from ._flows.base import AbstractFlow as AbstractFlow  # noqa: E402
 from ._flows.gradient import GradientFlow as GradientFlow  # noqa: E402
 from ._integrate import integrate as integrate  # noqa: E402
+from ._formulation import (  # noqa: E402
+    AbstractFormulation as AbstractFormulation,
+    ParameterSpace as ParameterSpace,
+    PreferReduction as PreferReduction,
+    Reduction as Reduction,
+)
 from ._interpolants import (  # noqa: E402
     min_l1_interpolant as min_l1_interpolant,
     min_l2_interpolant as min_l2_interpolant,
@@ -26,14 +36,33 @@ from ._losses import (  # noqa: E402
 )
 from ._models.base import (  # noqa: E402
     AbstractLinearModel as AbstractLinearModel,
+    AbstractInvariantModel as AbstractInvariantModel,
     AbstractModel as AbstractModel,
     AbstractPredictorModel as AbstractPredictorModel,
+    AbstractReducibleModel as AbstractReducibleModel,
 )
 from ._models.diagonal import DiagonalNet as DiagonalNet  # noqa: E402
 from ._models.fully_connected import FullyConnectedNet as FullyConnectedNet  # noqa: E402
 from ._models.leaky_neuron import LeakyReLUNeuron as LeakyReLUNeuron  # noqa: E402
 from ._models.linear import LinearModel as LinearModel  # noqa: E402
-from ._solution import Solution as Solution, Status as Status, Trajectory as Trajectory  # noqa: E402
+from ._models.two_layer import TwoLayerNet as TwoLayerNet  # noqa: E402
+from ._activations.base import (  # noqa: E402
+    AbstractActivation as AbstractActivation,
+    AbstractPiecewiseLinearActivation as AbstractPiecewiseLinearActivation,
+)
+from ._activations.relu import (  # noqa: E402
+    Absolute as Absolute,
+    Identity as Identity,
+    LeakyReLU as LeakyReLU,
+    ReLU as ReLU,
+)
+from ._activations.smooth import (  # noqa: E402
+    FunctionActivation as FunctionActivation,
+    Softplus as Softplus,
+    Tanh as Tanh,
+)
+from ._solution import Solution as Solution, Trajectory as Trajectory  # noqa: E402
+from ._status import Status as Status  # noqa: E402
 
 # -- theory (issue 3) --
 from ._theory.hessian_map import (  # noqa: E402
@@ -57,7 +86,6 @@ from ._theory.implicit_bias import (  # noqa: E402
     implicit_bias as implicit_bias,
 )
 from ._theory.minimizer import (  # noqa: E402
-    MinimizerStatus as MinimizerStatus,
     RegularizerMinimum as RegularizerMinimum,
     minimize_regularizer as minimize_regularizer,
 )
@@ -78,6 +106,7 @@ from ._discrete import (  # noqa: E402
 )
 from ._flows.mirror import MirrorFlow as MirrorFlow  # noqa: E402
 from ._flows.warped import WarpedFlow as WarpedFlow  # noqa: E402
+from ._flows.loss_clock import LossClock as LossClock  # noqa: E402
 from ._models.shallow import (  # noqa: E402
     AbstractBiasDistribution as AbstractBiasDistribution,
     GaussianBias as GaussianBias,
@@ -112,16 +141,19 @@ from ._classification.diagnostics import (  # noqa: E402
     stable_rank as stable_rank,
     trajectory_diagnostics as trajectory_diagnostics,
 )
-from ._classification.flow import (  # noqa: E402
-    ClassificationSolution as ClassificationSolution,
-    ClassifierTrajectory as ClassifierTrajectory,
-    classification_flow as classification_flow,
-)
+from ._classification.flow import classification_flow as classification_flow  # noqa: E402
 from ._models.classifier import TwoLayerClassifier as TwoLayerClassifier  # noqa: E402
 # -- sweeps (issue 4) --
-from ._sweep.engine import diagonal_plateau_cost as diagonal_plateau_cost, sweep as sweep  # noqa: E402
+from ._models.cost import AbstractCostEstimate as AbstractCostEstimate  # noqa: E402
 from ._sweep.grid import Grid as Grid  # noqa: E402
-from ._sweep.result import SweepResult as SweepResult  # noqa: E402
+from ._sweep.order import (  # noqa: E402
+    AbstractOrder as AbstractOrder,
+    CostOrder as CostOrder,
+    GridOrder as GridOrder,
+    diagonal_plateau_cost as diagonal_plateau_cost,
+)
+from ._sweep.result import SweepResult as SweepResult, open_sweep as open_sweep  # noqa: E402
+from ._sweep.sweep import sweep as sweep  # noqa: E402
 # -- differentiable limits (issue 8) --
 from ._differentiable.implicit import differentiable_minimize as differentiable_minimize  # noqa: E402
 from ._differentiable.limit import LimitPoint as LimitPoint, limit_point as limit_point  # noqa: E402
@@ -132,3 +164,19 @@ from ._differentiable.optimize_shape import (  # noqa: E402
 from ._differentiable.through_solve import solve_limit as solve_limit  # noqa: E402
 
 __version__ = "0.1.0"
+
+_DEPRECATED = {"MinimizerStatus": ("Status", lambda: Status),
+               "ClassificationSolution": ("Solution", lambda: Solution),
+               "ClassifierTrajectory": ("Trajectory", lambda: Trajectory)}
+
+
+def __getattr__(name):
+    # Short deprecation path for names merged into the one result/status API.
+    if name in _DEPRECATED:
+        import warnings
+
+        new, get = _DEPRECATED[name]
+        warnings.warn(f"ibflow.{name} is deprecated; use ibflow.{new}.", DeprecationWarning,
+                      stacklevel=2)
+        return get()
+    raise AttributeError(f"module 'ibflow' has no attribute {name!r}")

@@ -1,45 +1,130 @@
 """The ``ibflow`` command line: ``ibflow flow ...`` runs one integration, ``ibflow reproduce NAME``
-reproduces a published figure (``ibflow reproduce --list`` lists them)."""
+reproduces a published figure (``ibflow reproduce --list`` lists them).
+
+Exit codes (README, "Guarantees"):
+
+- 0: success (the flow converged; the reproduction finished);
+- 1: runtime failure (an unexpected error while computing);
+- 2: usage error (bad option or value, inconsistent problem sizes): one line on stderr, no
+  traceback, nothing computed;
+- 3: the flow ran but did not converge (its status says why), or its result is not trustworthy
+  (the predictor is rounding noise at this scale: ``trustworthy: false``); the result is still
+  printed.
+
+Reference computations (the min-ℓ1/ℓ2 interpolants, the theory's minimizer) fail soft: when one
+cannot be computed the flow result is still printed, with that reference's error as a string.
+"""
 
 import argparse
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """A user error found before computing: exit 2 with a one-line message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (exit 2) instead of the usage block."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# --- argument types: bad values are usage errors (exit 2) -----------------------------------
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}; got {text!r}") \
+                from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}; got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _float_where(test, description: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
+        if not (math.isfinite(value) and test(value)):
+            raise argparse.ArgumentTypeError(f"must be {description}; got {text}")
+        return value
+
+    parse.__name__ = description
+    return parse
+
+
+_positive = _float_where(lambda v: v > 0, "a finite number > 0")
+_nonnegative = _float_where(lambda v: v >= 0, "a finite number >= 0")
+_open_unit = _float_where(lambda v: -1 < v < 1, "a number in the open interval (-1, 1)")
+_slope = _float_where(lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def _flow_parser(sub):
     p = sub.add_parser(
         "flow", help="integrate one flow to its limit on a sparse-regression problem",
         description="Integrate gradient flow from one initialization to its limit point on the "
-        "sparse-regression problem of THEORY §2.8 and report how it ended and where it landed.")
+        "sparse-regression problem of THEORY §2.8 and report how it ended and where it landed: "
+        "a short summary by default, the full record with --json. Exit code 0: converged, "
+        "1: runtime failure, 2: usage error, 3: the flow did not converge.")
     p.add_argument("--model", choices=["diagonal", "fc", "leaky"], default="diagonal",
                    help="diagonal linear net, fully connected linear net, or leaky-ReLU neuron")
-    p.add_argument("--scale", type=float, default=1e-3, help="initialization scale α > 0")
-    p.add_argument("--shape", type=float, default=0.0, help="initialization shape s in (-1, 1)")
-    p.add_argument("--width", type=int, default=1, help="hidden units (fc only)")
-    p.add_argument("--slope", type=float, default=0.2, help="leaky slope γ in (0, 1] (leaky only)")
-    p.add_argument("--n", type=int, default=100, help="training examples")
-    p.add_argument("--d", type=int, default=1000, help="input dimension")
-    p.add_argument("--k", type=int, default=5, help="teacher sparsity")
-    p.add_argument("--noise", type=float, default=0.1, help="label-noise standard deviation")
-    p.add_argument("--seed", type=int, default=0, help="data and initialization seed")
-    p.add_argument("--target-loss", type=float, default=None, help="stop when the loss is below")
-    p.add_argument("--rtol", type=float, default=1e-10, help="solver relative tolerance")
-    p.add_argument("--max-steps", type=int, default=100_000, help="solver step budget")
-    p.add_argument("--method", choices=["auto", "parameters", "reduced"], default="auto")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--scale", type=_positive, default=1e-3, help="initialization scale α > 0")
+    p.add_argument("--shape", type=_open_unit, default=0.0,
+                   help="initialization shape s in (-1, 1)")
+    p.add_argument("--width", type=_int_at_least(1), default=1, help="hidden units (fc only)")
+    p.add_argument("--slope", type=_slope, default=0.2,
+                   help="leaky slope γ in (0, 1] (leaky only)")
+    p.add_argument("--n", type=_int_at_least(1), default=100, help="training examples")
+    p.add_argument("--d", type=_int_at_least(1), default=1000, help="input dimension")
+    p.add_argument("--k", type=_int_at_least(1), default=5, help="teacher sparsity (<= d)")
+    p.add_argument("--noise", type=_nonnegative, default=0.1,
+                   help="label-noise standard deviation")
+    p.add_argument("--seed", type=_int_at_least(0), default=0,
+                   help="data and initialization seed")
+    p.add_argument("--target-loss", type=_positive, default=None,
+                   help="stop when the loss is below")
+    p.add_argument("--rtol", type=_positive, default=1e-10, help="solver relative tolerance")
+    p.add_argument("--max-steps", type=_int_at_least(1), default=100_000,
+                   help="solver step budget")
+    p.add_argument("--method", choices=["auto", "parameters"], default="auto")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                   default=sys.stderr.isatty(),
+                   help="show the flow's progress (decades of loss towards the target) on "
+                        "stderr; default: on when stderr is a terminal")
+    p.add_argument("--json", action="store_true",
+                   help="print the full record as one JSON object (and nothing else on stdout)")
     p.set_defaults(run=_run_flow)
 
 
-def _run_flow(args) -> int:
+def _build_problem(args):
+    """Data and model from the arguments; every ValueError here is a usage error."""
     import jax
     import numpy as np
 
     import ibflow
 
+    if args.k > args.d:
+        raise UsageError(f"--k {args.k} exceeds --d {args.d} (the teacher's sparsity must be "
+                         "at most the dimension)")
+    if args.width > 1 and args.model != "fc":
+        raise UsageError("--width applies to --model fc only")
     key_data, key_init = jax.random.split(jax.random.key(args.seed))
-    data = ibflow.data.sparse_regression(key_data, n=args.n, d=args.d, k=args.k, noise=args.noise)
+    data = ibflow.data.sparse_regression(key_data, n=args.n, d=args.d, k=args.k,
+                                         noise=args.noise)
     y = data.y
     if args.model == "diagonal":
         model = ibflow.DiagonalNet.from_scale_shape(args.scale, args.shape, dim=args.d)
@@ -50,32 +135,142 @@ def _run_flow(args) -> int:
         model = ibflow.LeakyReLUNeuron.from_scale_shape(
             args.scale, args.shape, dim=args.d, slope=args.slope, key=key_init)
         sign = float(np.sign(model.a))  # realizable targets for this sign (THEORY §2.5)
-        y = sign * ibflow._models.leaky_neuron.leaky_relu(sign * (data.X @ data.w_star), args.slope)
-    start = time.perf_counter()
-    sol = ibflow.integrate(model, data.X, y, target_loss=args.target_loss, rtol=args.rtol,
-                           atol=args.rtol * 1e-4, max_steps=args.max_steps, method=args.method,
-                           throw=False)
-    jax.block_until_ready(sol)
-    elapsed = time.perf_counter() - start
+        y = sign * ibflow._models.leaky_neuron.leaky_relu(sign * (data.X @ data.w_star),
+                                                          args.slope)
+    return data, model, y
+
+
+def _final_sign(model):
+    import jax.numpy as jnp
+
+    import ibflow
+
+    if isinstance(model, ibflow.LeakyReLUNeuron):
+        return jnp.sign(model.a)
+    if isinstance(model, ibflow.FullyConnectedNet) and model.second.shape == (1,):
+        return jnp.sign(model.second[0])
+    return None
+
+
+def _references(args, data, y, model, sol) -> tuple[dict, dict]:
+    """Distances of the flow's predictor to the reference solutions; each reference fails soft
+    (its error message is recorded instead)."""
+    import numpy as np
+
+    import ibflow
+
     w = np.asarray(sol.predictor)
-    l2 = np.asarray(ibflow.min_l2_interpolant(data.X, y))
-    l1 = ibflow.min_l1_interpolant(data.X, y)
+    distances, errors = {}, {}
+
+    def rel(ref):
+        ref = np.asarray(ref)
+        return float(np.linalg.norm(w - ref) / max(np.linalg.norm(ref), np.finfo(float).tiny))
+
+    def theory():
+        Q = ibflow.implicit_bias(model, final_sign=_final_sign(sol.model))
+        m = ibflow.minimize_regularizer(Q, data.X, y, throw=False)
+        if not bool(m.converged):
+            raise RuntimeError("the theory's minimizer did not converge: "
+                               f"{ibflow.Status[m.status]}")
+        return m.w
+
+    for name, compute in (("min_l1", lambda: ibflow.min_l1_interpolant(data.X, y)),
+                          ("min_l2", lambda: ibflow.min_l2_interpolant(data.X, y)),
+                          ("theory", theory)):
+        try:
+            distances[name] = rel(compute())
+        except Exception as e:  # noqa: BLE001  a reference failing must not lose the flow result
+            distances[name] = None
+            errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return distances, errors
+
+
+def _run_flow(args) -> int:
+    import jax
+    import numpy as np
+
+    import ibflow
+
+    from ._checks import square_loss_floor
+
+    try:
+        data, model, y = _build_problem(args)
+    except (UsageError, ValueError) as e:
+        return _usage(args, e)
+    start = time.perf_counter()
+    try:
+        sol = ibflow.integrate(model, data.X, y, target_loss=args.target_loss, rtol=args.rtol,
+                               atol=args.rtol * 1e-4, max_steps=args.max_steps,
+                               formulation=ibflow._formulation.METHODS[args.method],
+                               progress=args.progress, throw=False)
+        jax.block_until_ready(sol)
+    except ValueError as e:  # option validation, before any computation
+        return _usage(args, e)
+    elapsed = time.perf_counter() - start
+    distances, errors = _references(args, data, y, model, sol)
+    # Large cancelling terms (α ≫ 1) can leave the predictor as rounding noise: below this floor
+    # no loss computed from it certifies anything, whatever the status says.
+    floor = float(square_loss_floor(sol.model, data.X))
+    trustworthy = floor <= float(sol.target_loss) and bool(np.isfinite(floor))
+    test_error = None
+    if args.model != "leaky":
+        test_error = float(data.test_error(np.asarray(sol.predictor)))
     report = {
-        "model": args.model, "scale": args.scale, "shape": args.shape,
-        "status": ibflow.Status[sol.status], "converged": bool(sol.converged),
+        "model": args.model, "scale": args.scale, "shape": args.shape, "n": args.n, "d": args.d,
+        "status": ibflow.Status[sol.status],
+        "status_name": _status_name(sol.status), "converged": bool(sol.converged),
         "final_loss": float(sol.loss), "target_loss": float(sol.target_loss),
         "steps": int(sol.steps), "time": float(sol.time), "wall_seconds": elapsed,
-        "rel_distance_to_min_l1": float(np.linalg.norm(w - l1) / np.linalg.norm(l1)),
-        "rel_distance_to_min_l2": float(np.linalg.norm(w - l2) / np.linalg.norm(l2)),
-        "test_error": float(data.test_error(sol.predictor)) if args.model != "leaky" else None,
+        "rel_distance_to_min_l1": distances["min_l1"],
+        "rel_distance_to_min_l2": distances["min_l2"],
+        "rel_distance_to_theory": distances["theory"],
+        "test_error": test_error, "reference_errors": errors,
+        "roundoff_loss_floor": floor, "trustworthy": trustworthy,
     }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        width = max(map(len, report))
-        for k, v in report.items():
-            print(f"{k:<{width}}  {v:.6g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    return 0 if sol.converged else 1
+        print(_summary(report))
+    return EXIT_OK if report["converged"] and trustworthy else EXIT_NOT_CONVERGED
+
+
+def _status_name(status) -> str:
+    from ._status import STATUS_NAMES
+
+    return STATUS_NAMES[int(status._value)]
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _summary(r: dict) -> str:
+    """A few aligned lines for a person; ``--json`` gives the full record."""
+    rows = [
+        ("problem", f"{r['model']} net, α = {r['scale']:g}, s = {r['shape']:g}, n = {r['n']}, "
+                    f"d = {r['d']}"),
+        ("status", f"{r['status_name']}: {r['status']}"),
+        ("loss", f"{r['final_loss']:.3e} (target {r['target_loss']:.3e})"),
+        ("steps", f"{r['steps']}"),
+        ("time", f"t = {r['time']:.3e} (wall {r['wall_seconds']:.2f} s)"),
+        ("distance", f"to min-ℓ1 {_fmt(r['rel_distance_to_min_l1'])}   "
+                     f"to min-ℓ2 {_fmt(r['rel_distance_to_min_l2'])}   "
+                     f"to theory {_fmt(r['rel_distance_to_theory'])}   (relative)"),
+    ]
+    if r["test_error"] is not None:
+        rows.append(("test error", _fmt(r["test_error"])))
+    rows += [(f"{name} error", msg) for name, msg in r["reference_errors"].items()]
+    if not r["trustworthy"]:
+        rows.append(("warning", f"not trustworthy: the predictor's rounding noise alone gives a "
+                                f"loss of {r['roundoff_loss_floor']:.1e} > target "
+                                f"{r['target_loss']:.1e} (cancelling terms at this scale)"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _usage(args, error) -> int:
+    print(f"ibflow {args.command}: error: {str(error).splitlines()[0]}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _reproduce_parser(sub):
@@ -84,48 +279,73 @@ def _reproduce_parser(sub):
     p.add_argument("name", nargs="?", help="which reproduction")
     p.add_argument("--list", action="store_true", help="list the reproductions")
     p.add_argument("--full", action="store_true", help="the paper's settings (slower)")
-    p.add_argument("--out", type=Path, default=Path("ibflow-results"),
-                   help="output directory (default: ./ibflow-results/NAME)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output directory: the files are written directly in it (default: "
+                   "./ibflow-results/NAME)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object (and nothing else on stdout)")
     p.set_defaults(run=_run_reproduce)
 
 
 def _run_reproduce(args) -> int:
     from ._reproduce import REPRODUCTIONS
+    from ._reproduce.registry import output_dir
 
-    if args.list or not args.name:
+    if args.list:
         for r in REPRODUCTIONS.values():
             print(f"{r.name:<18} {r.help}")
-        return 0 if args.list else 2
+        return EXIT_OK
+    if not args.name:
+        return _usage(args, UsageError("name a reproduction (ibflow reproduce --list lists "
+                                       "them)"))
     if args.name not in REPRODUCTIONS:
-        print(f"unknown reproduction {args.name!r}; choose from: {', '.join(REPRODUCTIONS)}",
-              file=sys.stderr)
-        return 2
-    out = args.out / args.name
-    out.mkdir(parents=True, exist_ok=True)
+        return _usage(args, UsageError(f"unknown reproduction {args.name!r}; choose from: "
+                                       f"{', '.join(REPRODUCTIONS)}"))
+    out = output_dir(args.name, args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _usage(args, UsageError(f"--out {out}: cannot create the directory ({e})"))
     start = time.perf_counter()
     summary = REPRODUCTIONS[args.name].run(out, args.full)
     summary = {"reproduction": args.name, "full": args.full, "output": str(out),
                "wall_seconds": round(time.perf_counter() - start, 2), **summary}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    print(json.dumps(summary, indent=2, default=float))
-    return 0
+    if args.json:
+        print(json.dumps(summary, indent=2, default=float))
+    else:
+        print(f"{args.name}: wrote {out} (summary.json, figure and data) in "
+              f"{summary['wall_seconds']:.1f} s")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    """Run the command line; returns the exit code (0 ok, 1 failure, 2 usage, 3 not
+    converged)."""
+    parser = _Parser(
         prog="ibflow", description="Exact implicit-bias flows: integrate training dynamics to "
-        "their limit points and compare them with the theory's regularizers.")
-    sub = parser.add_subparsers(dest="command", required=True)
+        "their limit points and compare them with the theory's regularizers. Exit codes: 0 "
+        "success, 1 runtime failure, 2 usage error, 3 the flow did not converge.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _flow_parser(sub)
     _reproduce_parser(sub)
-    for extra in _EXTRA_COMMANDS:
-        extra(sub)
-    args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2)
+        return int(e.code or 0)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(f"ibflow {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  a runtime failure: one line, exit 1
+        if os.environ.get("IBFLOW_TRACEBACK"):
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"ibflow {args.command}: failed: {type(e).__name__}: {first} (set "
+              "IBFLOW_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        return EXIT_FAILURE
 
-
-#: Later subsystems (e.g. sweeps) add their sub-command builders here.
-_EXTRA_COMMANDS: list = []
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,64 +1,79 @@
-"""What a flow integration returns."""
+"""What a flow integration returns: one `Solution` type for every flow ibflow integrates."""
 
-import diffrax as dfx
 import equinox as eqx
-import jax.numpy as jnp
+import jax
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
-from ._models.base import AbstractModel
-
-
-class Status(eqx.Enumeration):
-    """Outcome of one integration; under ``vmap`` each member has its own."""
-
-    converged = "the loss reached its target"
-    budget_exhausted = "the step or time budget ran out before the loss reached its target"
-    nonfinite = "the state or the loss became non-finite"
-    solver_failed = "the ODE solver failed (step-size underflow or a failed implicit solve)"
-
-
-def status_from_diffrax(result, loss) -> Status:
-    """Map a Diffrax result of a loss-event-terminated solve (and the final loss) to a `Status`:
-    the event means converged, running out of steps or reaching t1 means budget exhausted, a
-    non-finite loss overrides everything."""
-    status = Status.where(result == dfx.RESULTS.event_occurred, Status.converged,
-                          Status.solver_failed)
-    status = Status.where(
-        (result == dfx.RESULTS.max_steps_reached) | (result == dfx.RESULTS.successful),
-        Status.budget_exhausted, status)
-    return Status.where(jnp.isfinite(loss), status, Status.nonfinite)
+from ._models.base import AbstractInvariantModel, AbstractPredictorModel
+from ._status import Status
 
 
 class Trajectory(eqx.Module):
-    """Values saved at the requested times ``ts`` (``inf`` after the solve stopped)."""
+    """The flow at the requested clock values ``ts`` (entries after the solve stopped hold
+    ``inf``).
+
+    **Fields:** `ts` (T,) the clock values (real time for unwarped flows); `time` (T,) the real
+    gradient-flow time there; `loss` (T,); `models` the model at each point, batched along a
+    leading T axis; `predictor` (T, d) and `invariants` where the model offers them (else None).
+    """
 
     ts: Float[Array, " T"]
+    time: Float[Array, " T"]
     loss: Float[Array, " T"]
-    predictor: Float[Array, "T d"] | None
-    invariants: PyTree[Array]
+    models: eqx.Module
+    predictor: Float[Array, "T d"] | None = None
+    invariants: PyTree[Array] | None = None
+
+    @property
+    def valid(self) -> Bool[Array, " T"]:
+        """Points the solve reached (later save times hold ``inf``)."""
+        return jax.numpy.isfinite(self.loss)
 
 
 class Solution(eqx.Module):
     """The end of a flow: final model and the facts needed to trust it.
 
     **Fields:**
-    - `model`: the model at the final time.
-    - `predictor`: its end-to-end weight ``w̃`` (None for models without one).
-    - `loss`: the final loss. `time`: the final time reached. `steps`: accepted solver steps.
-    - `status`: a `Status` item; `converged` means the loss reached `target_loss`.
-    - `target_loss`: the loss threshold that defined convergence.
-    - `trajectory`: a `Trajectory` at the requested save times, or None.
+    - `model`: the model at the end. `predictor`: its end-to-end weight ``w̃`` where the model
+      offers one (`AbstractPredictorModel`), else None.
+    - `loss`: the loss of the returned `model` on the data (recomputed from it, so the status can
+      never contradict the model). `status`: a `Status`; `converged` if and only if
+      ``loss ≤ target_loss``. `target_loss`: the threshold.
+    - `time`: the real gradient-flow time reached; `clock`: the integration variable reached
+      (equal to `time` unless the flow is time-warped, e.g. `LossClock`).
+    - `steps`: solver steps attempted over all phases (accepted + rejected; `max_steps` bounds
+      it), `accepted_steps`: of which accepted.
+    - `trajectory`: a `Trajectory` at the requested save points, or None.
+    - `kinks`: for piecewise-linear models, the switch/slide report, else None.
     """
 
-    model: AbstractModel
-    predictor: Float[Array, " d"] | None
+    model: eqx.Module
     loss: Float[Array, ""]
     time: Float[Array, ""]
+    clock: Float[Array, ""]
     steps: Int[Array, ""]
+    accepted_steps: Int[Array, ""]
     status: Status
     target_loss: Float[Array, ""]
     trajectory: Trajectory | None
+    predictor: Float[Array, " d"] | None = None
+    kinks: eqx.Module | None = None
 
     @property
     def converged(self) -> Bool[Array, ""]:
         return self.status == Status.converged
+
+
+def with_predictor(solution: Solution) -> Solution:
+    """`solution` with its `predictor` field read off the model (where it offers one)."""
+    if not isinstance(solution.model, AbstractPredictorModel):
+        return solution
+    return eqx.tree_at(lambda s: s.predictor, solution, solution.model.predictor(),
+                       is_leaf=lambda x: x is None)
+
+
+def observation(model):
+    """What a `Trajectory` records of a model besides it: predictor and invariants where offered."""
+    predictor = model.predictor() if isinstance(model, AbstractPredictorModel) else None
+    invariants = model.invariants() if isinstance(model, AbstractInvariantModel) else None
+    return predictor, invariants

@@ -1,5 +1,11 @@
-import jax
-import pytest
+import os
+
+# Hermetic tests: no persistent compilation cache shared between test workers and runs (the
+# cache's own tests point it at temporary directories). Must precede `import ibflow`.
+os.environ.setdefault("IBFLOW_CACHE_DIR", "off")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 import ibflow  # noqa: F401  (turns on float64)
 

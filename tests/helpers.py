@@ -1,5 +1,6 @@
 """Shared test helpers: random problems and every foundation model, for parametrized tests."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -27,4 +28,78 @@ def foundation_models(key, d):
         "fc-width1": ibflow.FullyConnectedNet.from_scale_shape(0.3, 0.2, dim=d, key=k1),
         "fc-width3": ibflow.FullyConnectedNet.from_scale_shape(0.3, 0.2, dim=d, width=3, key=k2),
         "leaky": ibflow.LeakyReLUNeuron.from_scale_shape(0.5, 0.3, dim=d, slope=0.5, key=k3),
+    }
+
+
+class PlainLinear(eqx.Module):
+    """A researcher's own model: a plain Equinox module (no ibflow base class, no invariants),
+    ``f(x) = ⟨w, x⟩ + c``."""
+
+    w: jax.Array
+    c: jax.Array
+
+    def __call__(self, x):
+        return jnp.dot(self.w, x) + self.c
+
+
+class _Slow(eqx.Module):
+    """A warp ``g = 1 / (1 + L)`` as a module (sweepable)."""
+
+    def __call__(self, model, loss):
+        return 1.0 / (1.0 + loss)
+
+
+def _realizable(model, X, key, scale=0.3):
+    """Targets near the model's own outputs, so a short flow interpolates without any
+    pre-activation crossing a kink (the jit/vmap/grad checks below want smooth problems)."""
+    out = jax.vmap(model)(X)
+    return out + scale * (1 + jnp.abs(out)) * jax.random.normal(key, out.shape)
+
+
+def every_model(key, n=3, d=5):
+    """Every model ibflow ships, plus a plain Equinox module, each with a small problem:
+    name → (model, X, y, loss, target_loss)."""
+    ks = jax.random.split(key, 16)
+    X = jax.random.normal(ks[0], (n, d))
+    X1 = jnp.linspace(-1.0, 1.0, n)[:, None]
+    labels = jnp.where(X @ jnp.ones(d) >= 0, 1.0, -1.0)  # linearly separable
+    square, logistic = ibflow.SquareLoss(), ibflow.LogisticLoss()
+    models = {
+        "diagonal": (ibflow.DiagonalNet.from_scale_shape(0.3, 0.4, dim=d), X),
+        "fully-connected": (ibflow.FullyConnectedNet.from_scale_shape(
+            0.5, 0.2, dim=d, width=2, key=ks[1]), X),
+        "leaky-neuron": (ibflow.LeakyReLUNeuron.from_scale_shape(
+            0.5, 0.3, dim=d, slope=0.5, key=ks[2]), X),
+        "linear": (ibflow.LinearModel(0.1 * jax.random.normal(ks[3], (d,))), X),
+        "shallow-relu": (ibflow.ShallowNet.init(6, output_std=1.0, key=ks[4]), X1),
+        "two-layer-relu": (ibflow.TwoLayerNet.from_scale_shape(
+            0.5, 0.3, dim=d, width=3, activation=ibflow.ReLU(), bias=True, key=ks[5]), X),
+        "two-layer-tanh": (ibflow.TwoLayerNet.from_scale_shape(
+            0.5, 0.3, dim=d, width=3, activation=ibflow.Tanh(), key=ks[6]), X),
+        "plain-module": (PlainLinear(0.1 * jax.random.normal(ks[7], (d,)), jnp.array(0.2)), X),
+    }
+    kinked = {"leaky-neuron", "shallow-relu", "two-layer-relu"}
+    out = {name: (m, data, _realizable(m, data, ks[8 + i], 0.02 if name in kinked else 0.3),
+                  square, None)
+           for i, (name, (m, data)) in enumerate(models.items())}
+    classifier = ibflow.TwoLayerClassifier.init(dim=d, width=4, init_std=0.5, slope=0.5,
+                                                key=ks[15])
+    out["classifier"] = (classifier, X, labels, logistic, 0.2)
+    return out
+
+
+def every_flow():
+    """Every flow ibflow ships: name → flow (mirror flows with each potential family)."""
+    return {
+        "gradient": ibflow.GradientFlow(),
+        "mirror-quadratic": ibflow.MirrorFlow(ibflow.QuadraticPotential()),
+        "mirror-cubic": ibflow.MirrorFlow(ibflow.CubicPotential()),
+        "mirror-quartic": ibflow.MirrorFlow(ibflow.QuarticPotential()),
+        "mirror-cosh": ibflow.MirrorFlow(ibflow.CoshPotential()),
+        "mirror-mixture": ibflow.MirrorFlow(ibflow.MixturePotential(ibflow.CubicPotential(), 2.0),
+                                            scaling=ibflow.WidthScaled(3)),
+        "mirror-function": ibflow.MirrorFlow(ibflow.FunctionPotential(
+            lambda x: x**2 / 2 + x**4 / 12)),
+        "warped": ibflow.WarpedFlow(ibflow.GradientFlow(), _Slow()),
+        "loss-clock": ibflow.LossClock(ibflow.GradientFlow()),
     }

@@ -42,3 +42,184 @@ def test_benchmarks_quick(tmp_path):
             assert math.isfinite(float(r["value"])), r
             if r["target"][:1] in {"≥", "≤"}:
                 assert r["pass"] in {"True", "False"}, r
+
+
+def test_differentiable_benchmark_quick():
+    """``python -m benchmarks.differentiable --quick`` runs both measurements at tiny size."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.differentiable", "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "gradient_overhead_over_solve" in proc.stdout and "temp_MiB" in proc.stdout
+
+
+def test_work_precision_small(tmp_path):
+    """``python -m benchmarks.work_precision --small``: the table and the PNG are written, every
+    completed setting has a finite time and finite errors, ibflow's default point reaches the
+    exact limit, and the ratio table covers the four accuracy levels."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.work_precision", "--small", "--out",
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    md = (tmp_path / "work_precision.md").read_text()
+    png = (tmp_path / "work_precision.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert md.strip() in proc.stdout
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| ---")]
+    table = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    points = [r for r in table if len(r) == 8 and r[0] != "method"]
+    methods = {r[0] for r in points}
+    assert {"ibflow.sweep", "GD loop (numpy)"} <= methods
+    assert any(m.startswith("scipy DOP853 (reduced") for m in methods)
+    assert any(m.startswith("scipy Radau (parameters") for m in methods)
+    done = [r for r in points if r[6] != "skipped"]
+    assert len(done) >= 6
+    for r in done:
+        wall, mx, md_err = float(r[2]), float(r[4]), float(r[5])
+        assert math.isfinite(wall) and wall > 0, r
+        assert math.isfinite(mx) and math.isfinite(md_err) and 0 <= md_err <= mx, r
+    for r in points:
+        if r[6] == "skipped":
+            assert "SKIPPED:" in r[7], r  # every skip states its reason
+    default = [r for r in points if "(default)" in r[1]]
+    assert len(default) == 1 and default[0][0] == "ibflow.sweep" and float(default[0][4]) < 1e-8
+    ratios = [r for r in table if len(r) == 7 and r[0] != "max error ≤"]
+    assert [r[0] for r in ratios] == ["1e-04", "1e-06", "1e-08", "1e-10"]
+
+
+def test_work_precision_jacobians_match_finite_differences():
+    """The analytic Jacobians given to LSODA/Radau/BDF (reduced ODE: −(2/n) X diag(P e^ρ +
+    N e^{−ρ}) Xᵀ, THEORY §8.1; the 4d-parameter ODE) against central differences."""
+    import numpy as np
+
+    from benchmarks import wp_peers
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(4, 7)), rng.normal(size=4)
+    for build, scale in ((wp_peers.reduced_ode, 0.3), (wp_peers.parameter_ode, 0.3)):
+        f, jac, loss, predictor, s0 = build(X, y, 0.2, 0.5)
+        s = s0 + scale * rng.normal(size=s0.shape)
+        h = 1e-6
+        fd = np.stack([(f(0, s + h * e) - f(0, s - h * e)) / (2 * h) for e in np.eye(s.size)],
+                      axis=1)
+        np.testing.assert_allclose(jac(0, s), fd, rtol=1e-6, atol=1e-8)
+    # the reduced ODE's predictor at ν = 0 is w₀ = 0 (unbiased), its field −(2/n)(0 − y)
+    f, jac, loss, w_of, nu0 = wp_peers.reduced_ode(X, y, 0.2, 0.5)
+    np.testing.assert_allclose(w_of(nu0), 0, atol=1e-15)
+    np.testing.assert_allclose(f(0, nu0), 2 * y / 4)
+
+
+def test_work_precision_reduced_ode_matches_parameter_ode():
+    """The two peer ODEs are the same flow (THEORY §2.3): same predictor at t = 2."""
+    import numpy as np
+    import scipy.integrate
+
+    from benchmarks import wp_peers
+
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(4, 7)), rng.normal(size=4)
+    out = []
+    for build in (wp_peers.reduced_ode, wp_peers.parameter_ode):
+        f, jac, loss, predictor, s0 = build(X, y, 0.05, 0.7)
+        sol = scipy.integrate.solve_ivp(f, (0, 2.0), s0, method="DOP853", rtol=1e-12,
+                                        atol=1e-14)
+        out.append(predictor(sol.y[:, -1]))
+    assert np.linalg.norm(out[0]) > 0.1
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-8, atol=1e-10)
+
+
+# --- issue 12, item 3: the general-model table (benchmarks/general_models.py) -----------------
+
+
+def test_general_models_small(tmp_path):
+    """``--small`` runs all three cases on both sides and writes the table and the figure; the
+    ibflow rows of the two cases with a closed-form reference reach it."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.general_models", "--small",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    md = (tmp_path / "general_models.md").read_text()
+    assert (tmp_path / "general_models.png").stat().st_size > 0
+    table = md.split("\n\n", 3)[-1]
+    assert table.strip() in proc.stdout
+    main_table = table.split("\n\n")[0]  # the second table summarises the targets
+    lines = [ln for ln in main_table.splitlines() if ln.startswith("| ") and "---" not in ln]
+    ibflow_rows = [ln for ln in lines if "| ibflow |" in ln]
+    scipy_rows = [ln for ln in lines if "| scipy " in ln]
+    assert len(ibflow_rows) == 3 and len(scipy_rows) == 9
+    for ln in ibflow_rows[:2]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[-1].startswith("converged"), ln
+        assert float(cells[6]) < 1e-8, ln
+    for ln in scipy_rows:
+        status = ln.strip("|").split("|")[-1].strip()
+        assert status.split(" ")[0] in {"converged", "capped", "solver_failed", "t_bound"}, ln
+
+
+def _general_cases():
+    import jax
+
+    import ibflow
+    from benchmarks import general_models as g
+
+    data = ibflow.data.sparse_regression(jax.random.key(1993), n=7, d=9)
+    return g, (g.diagonal_case(data.X, data.y, 0.3),
+               g.fully_connected_case(data.X, data.y, 3, alpha=0.5)), g.shallow_case(16)
+
+
+def test_general_models_jacobians_match_finite_differences():
+    import numpy as np
+
+    _, cases, _ = _general_cases()
+    rng = np.random.default_rng(0)
+    for case in cases:
+        th = case.theta0 + 0.3 * rng.standard_normal(case.theta0.shape)
+        h = 1e-6
+        fd = np.stack([(case.rhs(th + h * e) - case.rhs(th - h * e)) / (2 * h)
+                       for e in np.eye(th.size)], axis=1)
+        np.testing.assert_allclose(case.jac(th), fd, atol=1e-8 * np.abs(fd).max(), rtol=0)
+
+
+def test_general_models_vector_fields_match_autodiff():
+    """The numpy vector fields given to scipy equal −∇L (gradient flow) and −η∇L/φ''(θ − θ₀)
+    (mirror flow, cubic potential) computed by JAX autodiff on the ibflow models."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import ibflow
+
+    g, cases, shallow = _general_cases()
+    data = ibflow.data.sparse_regression(jax.random.key(1993), n=7, d=9)
+    rng = np.random.default_rng(1)
+
+    def grad_at(model, X, y):
+        def loss(m):
+            return 0.5 * jnp.mean((jax.vmap(m)(X) - y) ** 2)
+
+        return eqx.filter_grad(loss)(model)
+
+    diag, fc = cases
+    th = diag.theta0 + 0.2 * rng.standard_normal(diag.theta0.shape)
+    up, vp, um, vm = np.split(th, 4)
+    gr = grad_at(ibflow.DiagonalNet(u_plus=up, v_plus=vp, u_minus=um, v_minus=vm),
+                 data.X, data.y)
+    want = -np.concatenate([gr.u_plus, gr.v_plus, gr.u_minus, gr.v_minus])
+    np.testing.assert_allclose(diag.rhs(th), want, rtol=1e-12, atol=1e-14)
+
+    th = fc.theta0 + 0.2 * rng.standard_normal(fc.theta0.shape)
+    W, a = th[:27].reshape(3, 9), th[27:]
+    gr = grad_at(ibflow.FullyConnectedNet(first=W, second=a), data.X, data.y)
+    want = -np.concatenate([np.ravel(gr.first), gr.second])
+    np.testing.assert_allclose(fc.rhs(th), want, rtol=1e-12, atol=1e-14)
+
+    th = shallow.theta0 + 0.1 * rng.standard_normal(shallow.theta0.shape)
+    k = 16
+    net = ibflow.ShallowNet(w=th[:k], b=th[k:2 * k], a=th[2 * k:3 * k], d=th[3 * k])
+    gr = grad_at(net, jnp.asarray(g.SHALLOW_X)[:, None], jnp.asarray(g.SHALLOW_Y))
+    grad = np.concatenate([gr.w, gr.b, gr.a, np.atleast_1d(gr.d)])
+    phi2 = np.asarray(ibflow.CubicPotential().second_derivative(th - shallow.theta0))
+    np.testing.assert_allclose(shallow.rhs(th), -grad / k / phi2, rtol=1e-12, atol=1e-14)

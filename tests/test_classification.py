@@ -63,6 +63,9 @@ def test_bad_input_messages(getkey):
         ibflow.classification_flow(model, jnp.ones((4, 3)), jnp.arange(4.0))
     with pytest.raises(ValueError, match="clock"):
         ibflow.classification_flow(model, jnp.ones((4, 3)), jnp.ones(4), clock="log")
+    with pytest.raises(ValueError, match="not both"):
+        ibflow.classification_flow(model, jnp.ones((4, 3)), jnp.ones(4), clock="time",
+                                   flow=ibflow.GradientFlow())
 
 
 def test_stable_rank_and_near_orthogonality_against_numpy(getkey):
@@ -85,14 +88,16 @@ def test_reduced_flow_matches_full_parameter_warped_integrate(getkey, n, d):
     model = ibflow.TwoLayerClassifier.init(dim=d, width=6, init_std=0.3, slope=0.5,
                                            train_second=True, bias=True, key=getkey())
     tau = jnp.linspace(0.0, 1.5, 7)  # warped clock τ, dt/dτ = 1/L; both solves stop at τ = 1.5
-    mine = ibflow.classification_flow(model, data.X, data.y, target_loss=1e-30, clock="warped",
+    warp = ibflow.WarpedFlow(ibflow.GradientFlow(), lambda m, L: 1.0 / L)
+    mine = ibflow.classification_flow(model, data.X, data.y, target_loss=1e-30, flow=warp,
                                       save_at=tau, clock_max=1.5, rtol=1e-11, atol=1e-13,
                                       throw=False)
-    warp = ibflow.WarpedFlow(ibflow.GradientFlow(), lambda m, L: 1.0 / L)
     ref = ibflow.integrate(model, data.X, data.y, flow=warp, loss=ibflow.LogisticLoss(),
                            target_loss=1e-30, t_max=1.5, save_at=tau, rtol=1e-11, atol=1e-13,
-                           stiff_solver=None, throw=False)
-    assert float(mine.clock) == float(ref.time) == 1.5
+                           stiff_solver=None, throw=False,
+                           formulation=ibflow.ParameterSpace())
+    assert float(mine.clock) == float(ref.clock) == 1.5
+    np.testing.assert_allclose(mine.trajectory.time, ref.trajectory.time, rtol=1e-7)
     assert float(ref.loss) < 0.7 * np.log(2)  # well away from the start (log 2)
     np.testing.assert_allclose(mine.trajectory.loss, ref.trajectory.loss, rtol=1e-7)
     for f in (lambda m: m.first, lambda m: m.second, lambda m: m.bias):
@@ -100,6 +105,31 @@ def test_reduced_flow_matches_full_parameter_warped_integrate(getkey, n, d):
     # GF conserves aⱼ² − ‖wⱼ‖² − bⱼ² (THEORY §2.7).
     np.testing.assert_allclose(mine.model.invariants()["balance"], model.invariants()["balance"],
                                atol=1e-8)
+
+
+def test_log_loss_clock_is_the_loss_clock_flow_through_integrate(getkey):
+    """Issue 11: the classification flow's log-loss clock (span coordinates) and
+    `integrate(..., flow=LossClock(GradientFlow()))` on all parameters trace the same path: same
+    clock, same loss levels, same models, same real time."""
+    data = gaussian_mixture(getkey(), n=5, d=20, sigma_p=0.3)
+    model = ibflow.TwoLayerClassifier.init(dim=20, width=6, init_std=0.3, slope=0.3, bias=True,
+                                           key=getkey())
+    clock = ibflow.LossClock(ibflow.GradientFlow())
+    cs = jnp.linspace(0.0, 3.0, 7)
+    # Target before any pre-activation reaches a kink from both sides (a sliding mode).
+    mine = ibflow.classification_flow(model, data.X, data.y, target_loss=3e-2, save_at=cs,
+                                      rtol=1e-11, atol=1e-13)
+    ref = ibflow.integrate(model, data.X, data.y, flow=clock, loss=ibflow.LogisticLoss(),
+                           target_loss=3e-2, save_at=cs, rtol=1e-11, atol=1e-13,
+                           stiff_solver=None, formulation=ibflow.ParameterSpace())
+    assert bool(mine.converged) and bool(ref.converged)
+    # The clock is log(L0/L): independent check from the saved losses.
+    np.testing.assert_allclose(mine.trajectory.ts, jnp.log(mine.trajectory.loss[0]
+                                                           / mine.trajectory.loss), atol=1e-7)
+    np.testing.assert_allclose(mine.trajectory.loss, ref.trajectory.loss, rtol=1e-8)
+    np.testing.assert_allclose(mine.trajectory.time, ref.trajectory.time, rtol=1e-7)
+    np.testing.assert_allclose(mine.trajectory.models.first, ref.trajectory.models.first,
+                               rtol=1e-7, atol=1e-9)
 
 
 def test_flow_matches_small_step_gradient_descent(mixture):
@@ -139,12 +169,13 @@ def test_leaky_relu_low_rank_and_equal_margins(leaky_run, mixture):
     np.testing.assert_array_less(final.stable_rank, 2.0)
     np.testing.assert_array_less(final.margin_spread, 0.1)
     assert bool(jnp.all(final.min_margin > 0))
-    # Recorded trajectories: loss levels follow the log-loss clock s = −log L.
+    # Recorded trajectories: loss levels follow the log-loss clock c = log L(0) − log L.
     traj = sols.trajectory
     ok = traj.valid
-    # s is integrated alongside θ, so it matches −log L(θ(s)) up to the solver's global error.
-    np.testing.assert_allclose(jnp.where(ok, traj.clock, 0), jnp.where(ok, -jnp.log(traj.loss), 0),
-                               rtol=1e-2)
+    # c is the integration variable, so it matches log(L0/L(θ(c))) up to the solver's global error.
+    expected = jnp.log(traj.loss[:, :1] / traj.loss)
+    np.testing.assert_allclose(jnp.where(ok, traj.ts, 0), jnp.where(ok, expected, 0),
+                               rtol=1e-2, atol=1e-6)
     # Real time is increasing along each path.
     assert bool(jnp.all(jnp.diff(jnp.where(ok, traj.time, jnp.inf), axis=1)[:, :-1] > 0))
 

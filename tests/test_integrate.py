@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 
 import ibflow
-from ibflow._integrate import _integrate
+from ibflow._engine import solve as _integrate
 
 from .helpers import foundation_models, random_problem, relative
 
@@ -46,7 +46,7 @@ def test_invariants_are_conserved(name, getkey):
         model = eqx.tree_at(lambda m: m.a, model, jnp.abs(model.a))
         y = jnp.abs(y) + 0.1
     ts = jnp.linspace(0.0, 5.0, 11)
-    sol = ibflow.integrate(model, X, y, save_at=ts, method="parameters", rtol=1e-12, throw=False)
+    sol = ibflow.integrate(model, X, y, save_at=ts, formulation=ibflow.ParameterSpace(), rtol=1e-12, throw=False)
     for leaf0, leaf_t in zip(jax.tree_util.tree_leaves(model.invariants()),
                              jax.tree_util.tree_leaves(sol.trajectory.invariants)):
         valid = jnp.isfinite(leaf_t.reshape(len(ts), -1)).all(axis=1)
@@ -74,7 +74,7 @@ def test_diagonal_limit_satisfies_invariant_form(seed):
         jax.random.uniform(ks, (40,), minval=-0.9, maxval=0.9))
     biased = ibflow.DiagonalNet(*(0.5 * jax.random.normal(kb, (4, 40))))
     for model in (unbiased, biased):
-        sol = ibflow.integrate(model, X, y, method="parameters")
+        sol = ibflow.integrate(model, X, y, formulation=ibflow.ParameterSpace())
         assert sol.status == ibflow.Status.converged
         assert _arcsinh_residual(model, sol.predictor, X) <= 1e-8
 
@@ -82,8 +82,8 @@ def test_diagonal_limit_satisfies_invariant_form(seed):
 def test_reduced_and_parameter_dynamics_agree(getkey):
     X, y = random_problem(getkey())
     model = ibflow.DiagonalNet(*(0.2 * jax.random.normal(getkey(), (4, 40))))
-    reduced = ibflow.integrate(model, X, y, method="reduced")
-    full = ibflow.integrate(model, X, y, method="parameters")
+    reduced = ibflow.integrate(model, X, y, formulation=ibflow.Reduction())
+    full = ibflow.integrate(model, X, y, formulation=ibflow.ParameterSpace())
     assert relative(reduced.predictor, full.predictor) <= 1e-9
     for a, b in zip(jax.tree_util.tree_leaves(reduced.model), jax.tree_util.tree_leaves(full.model)):
         assert relative(a, b) <= 1e-8
@@ -130,7 +130,7 @@ def test_status_budget_and_nonfinite(getkey):
     with pytest.raises(Exception, match="did not converge"):
         ibflow.integrate(model, X, y, max_steps=1)
     broken = ibflow.DiagonalNet(*(jnp.full((4, 40), jnp.nan)))
-    bad = ibflow.integrate(broken, X, y, throw=False, method="parameters")
+    bad = ibflow.integrate(broken, X, y, throw=False, formulation=ibflow.ParameterSpace())
     assert bad.status == ibflow.Status.nonfinite
 
 

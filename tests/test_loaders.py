@@ -1,10 +1,11 @@
-"""Local-file loaders (MNIST IDX, CIFAR-10 python batches), checksums, digits, binary tasks.
+"""Local-file loaders (MNIST IDX, CIFAR-10 binary batches), checksums, digits, binary tasks.
 The tests write tiny files in the real formats; nothing is downloaded."""
 
 import gzip
 import hashlib
-import pickle
+import io
 import struct
+import tarfile
 
 import numpy as np
 import pytest
@@ -57,11 +58,12 @@ def test_mnist_idx_roundtrip_gz_and_raw(tmp_path):
     with pytest.raises(ValueError, match="checksum mismatch.*train-images-idx3-ubyte.gz"):
         load_mnist(gz)
     np.testing.assert_array_equal(load_mnist(gz, verify_checksums=False)[1], labels)
-    # A sidecar file is honoured (md5 here).
+    # A sidecar file next to the data is not trusted: the published md5 still rejects it.
     for p in paths:
         p.with_name(p.name + ".md5").write_text(hashlib.md5(p.read_bytes()).hexdigest() + "  "
                                                 + p.name)
-    np.testing.assert_array_equal(load_mnist(gz)[0], images)
+    with pytest.raises(ValueError, match="checksum mismatch.*train-images-idx3-ubyte.gz"):
+        load_mnist(gz)
 
 
 def test_mnist_errors(tmp_path):
@@ -85,46 +87,74 @@ def test_mnist_errors(tmp_path):
         load_mnist(tmp_path, split="val")
 
 
-def _write_cifar(root, names, n=4):
-    rng = np.random.default_rng(1)
+def _cifar_records(n, seed):
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+    labels = rng.integers(0, 10, n, dtype=np.uint8)
+    raw = np.concatenate([labels[:, None], data], axis=1).tobytes()
+    return raw, data, labels
+
+
+def _write_cifar(folder, names, n=4):
     out = {}
-    for name in names:
-        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        labels = [int(v) for v in rng.integers(0, 10, n)]
-        with open(root / name, "wb") as f:
-            pickle.dump({b"batch_label": b"x", b"data": data, b"labels": labels}, f)
+    for seed, name in enumerate(names):
+        raw, data, labels = _cifar_records(n, seed)
+        (folder / name).write_bytes(raw)
         out[name] = (data, labels)
     return out
 
 
-def test_cifar_batches(tmp_path):
-    folder = tmp_path / "cifar-10-batches-py"
+def _write_cifar_archive(path, members):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, raw in members.items():
+            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+
+
+def test_cifar_binary_batches(tmp_path):
+    folder = tmp_path / "cifar-10-batches-bin"
     folder.mkdir()
-    written = _write_cifar(folder, ["test_batch"])
-    sums = {"test_batch": hashlib.md5((folder / "test_batch").read_bytes()).hexdigest()}
+    written = _write_cifar(folder, ["test_batch.bin"])
+    sums = {"test_batch.bin": hashlib.md5((folder / "test_batch.bin").read_bytes()).hexdigest()}
     images, labels = load_cifar10(tmp_path, split="test", checksums=sums)  # parent folder works
-    data, lab = written["test_batch"]
+    data, lab = written["test_batch.bin"]
     assert images.shape == (4, 32, 32, 3) and images.dtype == np.uint8
     np.testing.assert_array_equal(labels, lab)
-    # Channel-major rows: red plane first; pixel (r, c) of channel k is data[1024k + 32r + c].
+    # Channel-major records: red plane first; pixel (r, c) of channel k is data[1024k + 32r + c].
     for k, (r, c) in enumerate([(0, 0), (5, 7), (31, 30)]):
         np.testing.assert_array_equal(images[:, r, c, k], data[:, 1024 * k + 32 * r + c])
-    with pytest.raises(ValueError, match="checksum mismatch.*test_batch"):
-        load_cifar10(folder, split="test")  # the published md5 rejects the fake batch
+    with pytest.raises(ValueError, match="checksum mismatch.*test_batch.bin"):
+        load_cifar10(folder, split="test", checksums={"test_batch.bin": "0" * 32})
     with pytest.raises(FileNotFoundError) as info:
-        load_cifar10(folder, split="train", verify_checksums=False)
-    assert str(folder) in str(info.value) and "data_batch_1" in str(info.value)
-    _write_cifar(folder, [f"data_batch_{k}" for k in range(1, 6)])
-    images, labels = load_cifar10(folder, verify_checksums=False)
+        load_cifar10(folder, split="train")
+    assert str(folder) in str(info.value) and "data_batch_1.bin" in str(info.value)
+    _write_cifar(folder, [f"data_batch_{k}.bin" for k in range(1, 6)])
+    images, labels = load_cifar10(folder)
     assert images.shape == (20, 32, 32, 3) and labels.shape == (20,)
-    (folder / "data_batch_3").write_bytes(pickle.dumps({"nope": 1}))
-    with pytest.raises(ValueError, match="python batch"):
-        load_cifar10(folder, verify_checksums=False)
+
+
+def test_cifar_archive(tmp_path):
+    members = {f"data_batch_{k}.bin": _cifar_records(3, k)[0] for k in range(1, 6)}
+    members["test_batch.bin"], data, labels = _cifar_records(2, 9)
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    _write_cifar_archive(archive, members)
+    # Not the published archive: its md5 rejects it; a user digest or no check reads it.
+    with pytest.raises(ValueError, match="checksum mismatch.*cifar-10-binary.tar.gz"):
+        load_cifar10(tmp_path)
+    sums = {archive.name: hashlib.sha256(archive.read_bytes()).hexdigest()}
+    images, got = load_cifar10(tmp_path, split="test", checksums=sums)
+    np.testing.assert_array_equal(got, labels)
+    np.testing.assert_array_equal(images[:, 3, 4, 2], data[:, 2048 + 32 * 3 + 4])
+    assert load_cifar10(tmp_path, verify_checksums=False)[0].shape == (15, 32, 32, 3)
 
 
 def test_official_tables_are_md5_digests():
     for table in (ibflow.data.MNIST_MD5, ibflow.data.CIFAR10_MD5):
         assert all(len(v) == 32 and int(v, 16) >= 0 for v in table.values())
+    # The digest published on the CIFAR-10 page for the binary distribution.
+    assert ibflow.data.CIFAR10_MD5 == {
+        "cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530"}
 
 
 def test_binary_task_and_digits():

@@ -33,10 +33,10 @@ def runs():
     y = jax.random.normal(key[1], (2,))
     # δ = a² − ‖w‖² > 0 (s = 0.5), so a never changes sign (THEORY §2.4).
     model = ib.FullyConnectedNet.from_scale_shape(0.5, 0.5, dim=3, width=1, key=key[2])
-    gf = ib.integrate(model, X, y, save_at=TS, stiff_solver=None)
+    gf = ib.integrate(model, X, y, save_at=TS)
     warps = jax.vmap(lambda c, p, q: ib.WarpedFlow(ib.GradientFlow(), _Warp(c, p, q)))(
         WARPS["c"], WARPS["p"], WARPS["q"])
-    warped = jax.vmap(lambda f: ib.integrate(model, X, y, flow=f, save_at=TS, stiff_solver=None,
+    warped = jax.vmap(lambda f: ib.integrate(model, X, y, flow=f, save_at=TS,
                                              throw=False))(warps)
     return X, y, model, gf, warped
 

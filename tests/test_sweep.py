@@ -1,5 +1,6 @@
 """Sweep engine: limits, per-member statuses, resumable results, multiple devices."""
 
+import json
 import os
 import signal
 import subprocess
@@ -8,13 +9,35 @@ import textwrap
 import time
 from pathlib import Path
 
+import diffrax as dfx
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import ibflow
+from ibflow._status import STATUS_NAMES
 
 N, D = 12, 40
+
+
+class Diagonal(eqx.Module):
+    """``build`` compared by value: every sweep below over one dimension compiles once."""
+
+    dim: int = eqx.field(static=True)
+
+    def __call__(self, scale, shape):
+        return ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=self.dim)
+
+
+class Leaky(eqx.Module):
+    dim: int = eqx.field(static=True)
+
+    def __call__(self, scale, seed):
+        return ibflow.LeakyReLUNeuron.from_scale_shape(scale, 0.5, dim=self.dim, slope=0.2,
+                                                       key=jax.random.key(seed))
+
 SCRIPT = textwrap.dedent("""
     import sys, jax, numpy as np, ibflow
     data = ibflow.data.sparse_regression(jax.random.key(7), n={N}, d={D}, k=3)
@@ -49,8 +72,8 @@ def _run(script, out, env_extra=None):
 def small_sweep():
     data = ibflow.data.sparse_regression(jax.random.key(7), n=N, d=D, k=3)
     grid = ibflow.Grid(scale=np.logspace(-4, 0, 4), shape=[0.0, 0.6])
-    res = ibflow.sweep(lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(
-        scale, shape, dim=D), grid, data, chunk_size=2, progress=False, rtol=1e-6, atol=1e-10)
+    res = ibflow.sweep(Diagonal(D), grid, data, chunk_size=2, progress=False, rtol=1e-6,
+                       atol=1e-10)
     return data, grid, res
 
 
@@ -92,8 +115,8 @@ def test_failing_member_reported_while_others_complete():
 def test_results_directory_is_readable_without_ibflow(small_sweep, tmp_path):
     data, grid, _ = small_sweep
     out = tmp_path / "res"
-    ibflow.sweep(lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=D),
-                 grid, data, out=out, chunk_size=2, progress=False, rtol=1e-6, atol=1e-10)
+    ibflow.sweep(Diagonal(D), grid, data, out=out, chunk_size=2, progress=False, rtol=1e-6,
+                 atol=1e-10)
     import json
 
     meta = json.loads((out / "sweep.json").read_text())
@@ -104,11 +127,89 @@ def test_results_directory_is_readable_without_ibflow(small_sweep, tmp_path):
     assert meta["versions"]["jax"] == jax.__version__
     assert len(list((out / "chunks").glob("chunk-*.npz"))) == 4
     with pytest.raises(ValueError, match="holds a different sweep"):
-        ibflow.sweep(lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(
-            scale, shape, dim=D), ibflow.Grid(scale=[0.1], shape=[0.0]), data, out=out,
-            progress=False)
+        ibflow.sweep(Diagonal(D), ibflow.Grid(scale=[0.1], shape=[0.0]), data, out=out,
+                     progress=False)
 
 
+def test_open_sweep_labels_match_sweep_result(small_sweep, tmp_path):
+    data, grid, _ = small_sweep
+    out = tmp_path / "res"
+    res = ibflow.sweep(Diagonal(D), grid, data, out=out, chunk_size=2, progress=False,
+                       rtol=1e-6, atol=1e-10)
+    ds = ibflow.open_sweep(out)
+    assert ds["predictor"].dims == ("scale", "shape", "coordinate")
+    for i, scale in enumerate(grid.axes["scale"]):
+        for j, shape in enumerate(grid.axes["shape"]):
+            cell = ds.sel(scale=scale, shape=shape)
+            for name in res.fields:
+                np.testing.assert_array_equal(cell[name].values, res[name][i, j], err_msg=name)
+    flags = ds["status"].attrs
+    assert flags["flag_meanings"].split() == list(STATUS_NAMES)
+    np.testing.assert_array_equal(flags["flag_values"], np.arange(len(STATUS_NAMES)))
+    assert ds.attrs["config_hash"] == res.metadata["config_hash"]
+    assert json.loads(ds.attrs["versions"])["jax"] == jax.__version__
+    xr = res.to_xarray()
+    assert xr.identical(ds)
+
+
+def test_sweep_over_leaky_neuron_records_test_error_of_its_outputs():
+    # The test error is the MSE of the model's own outputs a·σ(<w, x>), not of X_test @ w̃.
+    d, slope = 8, 0.2
+    data = ibflow.data.sparse_regression(jax.random.key(3), n=5, d=d, k=2, n_test=30)
+    grid = ibflow.Grid(scale=[0.05, 0.2], seed=[0, 1, 2])
+    res = ibflow.sweep(Leaky(d), grid, data, chunk_size=4, progress=False, rtol=1e-8,
+                       atol=1e-12, target_loss=1e-12, references=())
+    assert set(res.fields) == {"loss", "steps", "time", "status", "test_error", "predictor",
+                               "parameters"}
+    assert res.converged.all()
+    for i, scale in enumerate(grid.axes["scale"]):
+        for j, seed in enumerate(grid.axes["seed"]):
+            # The sign of a never changes along the flow (a² − ‖w‖² > 0 is conserved), so the
+            # final model is sign(a)·σ(sign(a)·<w̃, x>) with w̃ the recorded predictor.
+            sign = np.sign(Leaky(d)(jnp.asarray(scale), jnp.asarray(seed)).a)
+            z = sign * (np.asarray(data.X_test) @ res["predictor"][i, j])
+            outputs = sign * np.where(z > 0, z, slope * z)
+            direct = np.mean((outputs - np.asarray(data.y_test)) ** 2)
+            np.testing.assert_allclose(res["test_error"][i, j], direct, rtol=1e-12)
+            model = res.model(Leaky(d), scale=scale, seed=seed)
+            own = np.mean((np.asarray(jax.vmap(model)(data.X_test)) - np.asarray(data.y_test)) ** 2)
+            np.testing.assert_allclose(res["test_error"][i, j], own, rtol=1e-12)
+            linear = data.test_error(res["predictor"][i, j])  # the old, wrong formula
+            assert abs(linear - direct) > 1e-3 * direct
+
+
+SMALL = dict(rtol=1e-6, atol=1e-10, stiff_solver=None, target_loss=1e-8)
+
+
+def small_data():
+    return ibflow.data.sparse_regression(jax.random.key(11), n=5, d=8, k=2, n_test=7)
+
+
+def test_sweeping_dt0_passes_it_per_member():
+    data = small_data()
+    grid = ibflow.Grid(scale=[1e-2], shape=[0.0], dt0=[1e-4, 10.0])
+    res = ibflow.sweep(Diagonal(8), grid, data, chunk_size=2, progress=False, references=(),
+                       **SMALL)
+    model = ibflow.DiagonalNet.from_scale_shape(1e-2, 0.0, dim=8)
+    for k, dt0 in enumerate(grid.axes["dt0"]):
+        sol = ibflow.integrate(model, data.X, data.y, dt0=dt0, **SMALL)
+        assert res["steps"][0, 0, k] == sol.steps
+        np.testing.assert_allclose(res["predictor"][0, 0, k], sol.predictor, atol=1e-12)
+    assert res["steps"][0, 0, 0] != res["steps"][0, 0, 1]
+    assert res.converged.all()
+
+
+def test_sweeping_adjoint_is_refused_by_name():
+    data = small_data()
+    with pytest.raises(ValueError, match="grid axis 'adjoint'"):
+        ibflow.sweep(Diagonal(8), ibflow.Grid(scale=[0.1], adjoint=[0, 1]), data)
+    # As a keyword it passes through unchanged.
+    res = ibflow.sweep(Diagonal(8), ibflow.Grid(scale=[0.1], shape=[0.0]), data, chunk_size=2,
+                       progress=False, references=(), adjoint=dfx.DirectAdjoint(), **SMALL)
+    assert res.converged.all()
+
+
+@pytest.mark.slow  # timing-based; tests/test_adversarial_sweep.py kills at exact points, fast
 def test_sigkill_resume_is_byte_identical(tmp_path):
     # 32 members, 8 chunks of 4; a tight rtol makes each chunk slow enough to kill mid-run.
     script = _script(tmp_path, scales=16, rtol=1e-12)
@@ -149,3 +250,69 @@ def test_four_simulated_devices_match_one(tmp_path):
         for k in ("predictor", "test_error", "distance_min_l1", "distance_min_l2"):
             np.testing.assert_allclose(a[k], b[k], rtol=1e-13, atol=1e-15, err_msg=k)
         assert np.all(b["loss"] <= 1e-20)
+
+
+class PlainTanh(eqx.Module):
+    """A user's own model: no ibflow base class, no predictor, no invariants."""
+
+    w: jax.Array
+
+    def __call__(self, x):
+        return jnp.tanh(jnp.dot(self.w, x))
+
+
+class BuildPlain(eqx.Module):
+    dim: int = eqx.field(static=True)
+
+    def __call__(self, scale):
+        return PlainTanh(scale * jnp.linspace(-1.0, 1.0, self.dim))
+
+
+def test_sweep_over_a_plain_module_records_test_error_of_its_outputs():
+    d = 6
+    data = ibflow.data.sparse_regression(jax.random.key(5), n=4, d=d, k=2, n_test=20)
+    y, y_test = 0.5 * jnp.tanh(data.y), 0.5 * jnp.tanh(data.y_test)
+    grid = ibflow.Grid(scale=[0.1, 0.3])
+    res = ibflow.sweep(BuildPlain(d), grid, (data.X, y, data.X_test, y_test), chunk_size=2,
+                       progress=False, rtol=1e-12, atol=1e-14, target_loss=1e-16)
+    assert set(res.fields) == {"loss", "steps", "time", "status", "test_error", "parameters"}
+
+    for i, scale in enumerate(grid.axes["scale"]):
+        model = res.model(BuildPlain(d), scale=scale)  # the final model, from `parameters`
+        assert isinstance(model, PlainTanh)
+        direct = jnp.mean((jax.vmap(model)(data.X_test) - y_test) ** 2)
+        np.testing.assert_allclose(res["test_error"][i], direct, rtol=1e-12)
+        # An independent solve reaches the same limit to the path tolerance.
+        sol = ibflow.integrate(BuildPlain(d)(jnp.asarray(scale)), data.X, y, rtol=1e-12,
+                               atol=1e-14, target_loss=1e-16)
+        np.testing.assert_allclose(model.w, sol.model.w, rtol=1e-6)
+    assert res.converged.all()
+
+
+class BuildReLUNet(eqx.Module):
+    dim: int = eqx.field(static=True)
+
+    def __call__(self, scale):
+        return ibflow.TwoLayerNet.from_scale_shape(scale, 0.3, dim=self.dim, width=4,
+                                                   activation=ibflow.ReLU(), bias=True,
+                                                   key=jax.random.key(11))
+
+
+def test_sweep_over_the_two_layer_relu_net_records_test_error_of_its_outputs():
+    """Issue 11: the sweep's test error is the MSE of the model's own outputs — for a two-layer
+    ReLU network, not ``X_test @ w``. Checked against the final models rebuilt from the stored
+    parameters and evaluated directly."""
+    d = 6
+    data = ibflow.data.sparse_regression(jax.random.key(6), n=4, d=d, k=2, n_test=20)
+    grid = ibflow.Grid(scale=[0.5, 1.0])
+    res = ibflow.sweep(BuildReLUNet(d), grid, (data.X, data.y, data.X_test, data.y_test),
+                       chunk_size=2, progress=False, max_steps=5_000)
+    assert "predictor" not in res.fields
+    for i, scale in enumerate(grid.axes["scale"]):
+        model = res.model(BuildReLUNet(d), scale=scale)
+        assert isinstance(model, ibflow.TwoLayerNet)
+        direct = jnp.mean((jax.vmap(model)(data.X_test) - data.y_test) ** 2)
+        np.testing.assert_allclose(res["test_error"][i], direct, rtol=1e-12)
+        loss = 0.5 * jnp.mean((jax.vmap(model)(data.X) - data.y) ** 2)
+        np.testing.assert_allclose(res["loss"][i], loss, rtol=1e-10, atol=1e-300)
+    assert "not_computed" not in {res.status_names[int(c)] for c in res["status"]}

@@ -22,10 +22,10 @@ def _relative(a, b):
 
 
 @eqx.filter_jit
-def _flows(models, X, y, method="auto"):
+def _flows(models, X, y, formulation=ibflow.PreferReduction()):
     # A step budget well above what converging runs need (≤ ~1e4) keeps a stalled run short.
     return eqx.filter_vmap(lambda m, X, y: ibflow.integrate(
-        m, X, y, throw=False, method=method, max_steps=30_000))(models, X, y)
+        m, X, y, throw=False, formulation=formulation, max_steps=30_000))(models, X, y)
 
 
 def _minimize(Q, X, y):
@@ -77,7 +77,7 @@ def test_theorem1_parameter_flow_not_circular(getkey):
     same sinh formula as the regularizer; the full 4d-parameter gradient flow is independent."""
     models = jax.tree_util.tree_map(lambda a: a[5:15], _diagonal_models(getkey()))
     X, y = jax.vmap(lambda k: _sparse_problem(k, 20))(jax.random.split(getkey(), 10))
-    sol = _flows(models, X, y, method="parameters")
+    sol = _flows(models, X, y, formulation=ibflow.ParameterSpace())
     assert np.all(np.asarray(sol.converged))
     res = _minimize(eqx.filter_vmap(ibflow.implicit_bias)(models), X, y)
     err = _relative(sol.predictor, res.w)

@@ -8,45 +8,37 @@ import optax
 from jaxtyping import ArrayLike, Float
 
 from .. import _checks
+from .._discrete import descent_loop
 from .._losses import AbstractLoss, LogisticLoss
 from .._models.classifier import TwoLayerClassifier
-from .flow import ClassifierTrajectory
+from .._solution import Trajectory
 
 
 @eqx.filter_jit
 def _descend(model, X, y, loss_fn, learning_rate, num_saves, save_every):
-    optimizer = optax.sgd(learning_rate)
     params, static = eqx.partition(model, eqx.is_inexact_array)
 
     def loss_of(p):
         return loss_fn(jax.vmap(eqx.combine(p, static))(X), y)
 
-    def step(carry, _):
-        p, opt_state = carry
-        grads = jax.grad(loss_of)(p)
-        updates, opt_state = optimizer.update(grads, opt_state, p)
-        return (optax.apply_updates(p, updates), opt_state), None
-
-    def block(carry, _):
-        carry, _ = jax.lax.scan(step, carry, None, length=save_every)
-        return carry, carry[0]
-
-    carry = (params, optimizer.init(params))
-    _, saved = jax.lax.scan(block, carry, None, length=num_saves)
-    saved = jax.tree_util.tree_map(lambda p0, p: jnp.concatenate([p0[None], p]), params, saved)
+    run = descent_loop(loss_of, params, optax.sgd(learning_rate),
+                       num_steps=num_saves * save_every, save_every=save_every)
+    saved = jax.tree_util.tree_map(lambda p0, p: jnp.concatenate([p0[None], p]), params,
+                                   run.saved)
     steps = save_every * jnp.arange(num_saves + 1, dtype=float)
-    return ClassifierTrajectory(clock=steps, time=learning_rate * steps,
-                                loss=jax.vmap(loss_of)(saved), models=eqx.combine(saved, static))
+    losses = jnp.concatenate([run.losses[::save_every], loss_of(run.params)[None]])
+    return Trajectory(ts=steps, time=learning_rate * steps, loss=losses,
+                      models=eqx.combine(saved, static))
 
 
 def gradient_descent(
     model: TwoLayerClassifier, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     learning_rate: Float[ArrayLike, ""] = 1e-4, num_steps: int = 5000, save_every: int = 100,
     loss: AbstractLoss = LogisticLoss(),
-) -> ClassifierTrajectory:
+) -> Trajectory:
     """Full-batch GD ``θ_{k+1} = θ_k − η ∇L(θ_k)`` (``optax.sgd(η)``) for `num_steps` steps.
 
-    Returns a `ClassifierTrajectory` at steps ``0, save_every, 2·save_every, …`` (`num_steps` must
+    Returns a `Trajectory` at steps ``0, save_every, 2·save_every, …`` (`num_steps` must
     be a multiple of `save_every`), with ``clock = k`` and ``time = k·η``: the gradient-flow time GD
     approximates (first-order error ``O(η)`` per unit time). Fixed leaves (the untrained second
     layer, the slope) have zero gradient and stay put. `learning_rate` is traced (a sweep over η

@@ -7,16 +7,15 @@ import numpy as np
 import scipy.optimize
 from jaxtyping import Array, ArrayLike, Float
 
+from .. import _checks
 from .._models.classifier import TwoLayerClassifier
-from .flow import ClassifierTrajectory
+from .._solution import Trajectory
 
 
 def stable_rank(W: Float[ArrayLike, "m d"]) -> Float[Array, ""]:
     """``srank(W) = ‖W‖_F² / ‖W‖₂²`` ∈ [1, rank W] (THEORY §4.1). Jit/vmap/grad-able (grad needs
     a simple top singular value)."""
-    W = jnp.asarray(W)
-    if W.ndim != 2:
-        raise ValueError(f"stable_rank needs a matrix; got shape {tuple(W.shape)}.")
+    W = _checks.real_array(W, "W", ndim=2)
     # Eigenvalues of the smaller Gram matrix are the squared singular values; this is ~50× faster
     # than a batched SVD on CPU and accurate to rounding for the largest one.
     gram = W @ W.T if W.shape[0] <= W.shape[1] else W.T @ W
@@ -28,7 +27,7 @@ def normalized_margins(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
     """``qᵢ = yᵢ f(xᵢ; θ) / ‖θ‖^L`` with θ the trained parameters (``‖θ‖ = ‖W‖_F`` for the
     fixed-``a`` network, ``‖(W, a[, b])‖₂`` otherwise) and L = `model.homogeneity`. Scale invariant:
     ``qᵢ = yᵢ f(xᵢ; θ/‖θ‖)``; Kou et al. predict all qᵢ become equal (THEORY §4.1)."""
-    X, y = jnp.asarray(X), jnp.asarray(y)
+    X, y = _checks.data(X, y)
     return y * jax.vmap(model)(X) / model.parameter_norm() ** model.homogeneity
 
 
@@ -60,7 +59,7 @@ def classifier_diagnostics(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"]
 
 
 @eqx.filter_jit
-def trajectory_diagnostics(trajectory: ClassifierTrajectory, X: Float[ArrayLike, "n d"],
+def trajectory_diagnostics(trajectory: Trajectory, X: Float[ArrayLike, "n d"],
                            y: Float[ArrayLike, " n"]) -> ClassifierDiagnostics:
     """`classifier_diagnostics` at every point of a trajectory (fields gain a leading T axis;
     points past the end of a solve are nan/inf)."""
@@ -109,6 +108,7 @@ def kkt_residual(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
     if model.first.ndim != 2:
         raise ValueError("kkt_residual takes one model; loop over a trajectory's points "
                          "(see kkt_residuals).")
+    X, y = _checks.data(X, y)
     theta, A, q = (np.asarray(v) for v in _margin_gradients(model, jnp.asarray(X),
                                                             jnp.asarray(y)))
     lam, res = scipy.optimize.nnls(A, theta)
@@ -123,7 +123,7 @@ def kkt_residual(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
                        min_margin=qmin)
 
 
-def kkt_residuals(trajectory: ClassifierTrajectory, X: Float[ArrayLike, "n d"],
+def kkt_residuals(trajectory: Trajectory, X: Float[ArrayLike, "n d"],
                   y: Float[ArrayLike, " n"]) -> np.ndarray:
     """`KKTResidual.stationarity` at every valid point of an (unbatched-member) trajectory; nan at
     points past the end of the solve. Host loop over the points."""

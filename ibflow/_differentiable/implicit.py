@@ -8,8 +8,8 @@ import lineax as lx
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
+from .._status import Status
 from .._theory.minimizer import (
-    MinimizerStatus,
     RegularizerMinimum,
     checked_interpolation_data,
     minimize_regularizer,
@@ -81,7 +81,7 @@ def differentiable_minimize(
     X, y = checked_interpolation_data(X, y, "differentiable_minimize")
     out = _differentiable_minimize(Q, X, y, jnp.asarray(rtol, dtype=float), int(max_steps))
     if throw:
-        out = eqx.error_if(out, out.status != MinimizerStatus.converged,
+        out = eqx.error_if(out, out.status != Status.converged,
                            "differentiable_minimize: the minimizer did not converge (see "
                            "RegularizerMinimum.status; pass throw=False to read it).")
     return out

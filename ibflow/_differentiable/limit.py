@@ -8,6 +8,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._models.base import AbstractModel, AbstractPredictorModel
 from .._solution import Solution
+from .._status import Status
 from .._theory.implicit_bias import implicit_bias
 from .._theory.minimizer import RegularizerMinimum
 from .implicit import differentiable_minimize
@@ -19,16 +20,20 @@ class LimitPoint(eqx.Module):
 
     **Fields:**
     - `predictor`: (d,) the end-to-end weight ``w̃(∞)``.
-    - `converged`: whether the computation that produced it converged (the minimizer's
-      status for ``route="implicit"``, the flow's for ``route="solve"``).
+    - `status`: the `Status` of the computation that produced it (the minimizer's for
+      ``route="implicit"``, the flow's for ``route="solve"``); `converged` tests it.
     - `minimum`: the `RegularizerMinimum` (implicit route) or None.
     - `solution`: the `Solution` of `ibflow.integrate` (solve route) or None.
     """
 
     predictor: Float[Array, " d"]
-    converged: Bool[Array, ""]
+    status: Status
     minimum: RegularizerMinimum | None
     solution: Solution | None
+
+    @property
+    def converged(self) -> Bool[Array, ""]:
+        return self.status == Status.converged
 
 
 def limit_point(
@@ -61,7 +66,7 @@ def limit_point(
     - `checkpoints`: solve route, number of checkpoints of the reverse pass.
     - `throw`: raise when the computation did not converge (otherwise read `converged`).
     - `**integrate_options`: solve route, passed to `ibflow.integrate` (e.g.
-      ``method="parameters"`` to integrate the parameters rather than a closed-form reduction).
+      ``formulation=ibflow.ParameterSpace()`` to integrate the parameters rather than a closed-form reduction).
     """
     if not isinstance(model, AbstractPredictorModel):
         raise ValueError(f"limit_point needs a model with a predictor; got {type(model).__name__}.")
@@ -75,7 +80,7 @@ def limit_point(
                              f"got {extra}.")
         minimum = differentiable_minimize(implicit_bias(model, final_sign=final_sign), X, y,
                                           throw=throw, **options)
-        return LimitPoint(predictor=minimum.w, converged=minimum.converged, minimum=minimum,
+        return LimitPoint(predictor=minimum.w, status=minimum.status, minimum=minimum,
                           solution=None)
     if route == "solve":
         if final_sign is not None:
@@ -83,6 +88,6 @@ def limit_point(
                              "the sign of a itself).")
         sol = solve_limit(model, X, y, checkpoints=checkpoints, throw=throw, **options,
                           **integrate_options)
-        return LimitPoint(predictor=sol.predictor, converged=sol.converged, minimum=None,
+        return LimitPoint(predictor=sol.predictor, status=sol.status, minimum=None,
                           solution=sol)
     raise ValueError(f"route must be 'implicit' or 'solve'; got {route!r}.")

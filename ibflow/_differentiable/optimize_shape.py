@@ -9,8 +9,10 @@ import optax
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .. import _checks
+from .._discrete import descent_loop
 from .._models._init import checked_scale_shape
 from .._models.diagonal import DiagonalNet
+from .._status import Status
 from .limit import limit_point
 
 
@@ -24,8 +26,10 @@ class ShapeOptimization(eqx.Module):
     - `validation_error`: the validation MSE of `predictor`.
     - `history`: (steps + 1,) validation error of the limit at every iterate (the last entry
       is the final iterate). `shapes`: (steps + 1, d) the iterates.
-    - `converged`: the exact minimizer converged at every iterate (if not, the gradients of
-      that step are not those of the limit).
+    - `status`: ``Status.converged`` if the exact minimizer converged at every iterate (if not,
+      the gradients of that step are not those of the limit); otherwise the status of the first
+      iterate whose minimizer did not converge, or ``Status.nonfinite`` if a validation error is
+      not finite. ``converged`` tests it.
     """
 
     shape: Float[Array, " d"]
@@ -33,7 +37,11 @@ class ShapeOptimization(eqx.Module):
     validation_error: Float[Array, ""]
     history: Float[Array, " T"]
     shapes: Float[Array, "T d"]
-    converged: Bool[Array, ""]
+    status: Status
+
+    @property
+    def converged(self) -> Bool[Array, ""]:
+        return self.status == Status.converged
 
 
 def _validation_error(w, X_val, y_val):
@@ -47,30 +55,25 @@ def _optimize(scale, theta0, X, y, X_val, y_val, optimizer, steps):
         lim = limit_point(model, X, y, throw=False)
         return _validation_error(lim.predictor, X_val, y_val), lim
 
-    value_and_grad = jax.value_and_grad(limit, has_aux=True)
+    def loss_of(theta):
+        value, lim = limit(theta)
+        return value, lim.minimum.status
 
-    def step(carry, _):
-        theta, state = carry
-        (value, lim), grad = value_and_grad(theta)
-        # Optax mixes its int32 step count with floats (Adam's bias correction), which strict
-        # dtype promotion rejects; the promotion is harmless here.
-        with jax.numpy_dtype_promotion("standard"):
-            updates, state = optimizer.update(grad, state, theta)
-        return (optax.apply_updates(theta, updates), state), (value, theta, lim.converged)
-
-    with jax.numpy_dtype_promotion("standard"):
-        state0 = optimizer.init(theta0)
-    (theta, _), (values, thetas, ok) = jax.lax.scan(step, (theta0, state0), None, length=steps)
-    last_value, last = limit(theta)
-    values = jnp.concatenate([values, last_value[None]])
-    thetas = jnp.concatenate([thetas, theta[None]])
-    ok = jnp.all(ok) & last.converged
+    run = descent_loop(loss_of, theta0, optimizer, num_steps=steps, save_every=1, has_aux=True)
+    last_value, last = limit(run.params)
+    values = jnp.concatenate([run.losses, last_value[None]])
+    thetas = jnp.concatenate([theta0[None], run.saved])
+    statuses = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), run.aux,
+                                      last.minimum.status)
+    # The first iterate whose minimizer did not converge says why (converged if none).
+    failed = statuses != Status.converged
+    status = jax.tree_util.tree_map(lambda a: a[jnp.argmax(failed)], statuses)
+    status = Status.where(jnp.all(jnp.isfinite(values)), status, Status.nonfinite)
     best = jnp.argmin(values)
-    shape = jnp.tanh(thetas[best])
     _, best_limit = limit(thetas[best])
-    return ShapeOptimization(shape=shape, predictor=best_limit.predictor,
+    return ShapeOptimization(shape=jnp.tanh(thetas[best]), predictor=best_limit.predictor,
                              validation_error=values[best], history=values,
-                             shapes=jnp.tanh(thetas), converged=ok)
+                             shapes=jnp.tanh(thetas), status=status)
 
 
 def optimize_shape(

@@ -3,21 +3,40 @@
 import abc
 
 import equinox as eqx
+import jax
 from jaxtyping import Array, Float, PyTree
-
-from .._models.base import AbstractModel
 
 
 class AbstractFlow(eqx.Module):
-    """A flow maps the current model, the initial model and the loss gradient to ``dθ/dt``.
+    """A flow moves the trainable (inexact-array) leaves θ of a model by
 
-    ``grad`` has the structure of the model's trainable (inexact-array) leaves, as returned by
-    ``eqx.filter_grad``; the returned velocity must have the same structure.
+        ``dθ/dc = −speed(θ, ∇L, L) · P(θ) ⊙ ∇L(θ)``,
+
+    with a diagonal, positive *preconditioner* ``P`` (1 for gradient flow, ``η/φ''(θ−θ₀)`` for a
+    mirror flow with a separable potential) and a positive scalar *speed* (1 for flows in real
+    time; a time warp otherwise, THEORY §2.2). The engine uses this structure: the stiff tail's
+    Jacobian is ``−speed·P·(1/n)JᵀJ`` to leading order (THEORY §8.1), and with
+    ``time_warped = True`` the real time ``t = ∫ speed dc`` is integrated alongside the clock c.
     """
 
+    #: Whether `speed` can differ from 1 (then the engine records the real time separately).
+    time_warped: eqx.AbstractClassVar[bool]
+
     @abc.abstractmethod
-    def velocity(
-        self, model: AbstractModel, initial: AbstractModel, grad: PyTree[Array],
-        loss: Float[Array, ""],
-    ) -> PyTree[Array]:
-        """``dθ/dt`` at ``model`` (started from ``initial``), given ``∇L`` and ``L``."""
+    def preconditioner(self, model: eqx.Module, initial: eqx.Module) -> PyTree[Array] | None:
+        """``P`` on the trainable leaves (same structure as ``eqx.filter(model,
+        eqx.is_inexact_array)``), or None for the identity."""
+
+    @abc.abstractmethod
+    def speed(self, model: eqx.Module, initial: eqx.Module, grad: PyTree[Array],
+              loss: Float[Array, ""]) -> Float[Array, ""]:
+        """The scalar clock factor (> 0); 1 for a flow in real time."""
+
+    def velocity(self, model: eqx.Module, initial: eqx.Module, grad: PyTree[Array],
+                 loss: Float[Array, ""]) -> PyTree[Array]:
+        """``dθ/dc`` at ``model`` (started from ``initial``), given ``∇L`` and ``L``."""
+        scale = self.speed(model, initial, grad, loss)
+        pre = self.preconditioner(model, initial)
+        if pre is None:
+            return jax.tree_util.tree_map(lambda g: -scale * g, grad)
+        return jax.tree_util.tree_map(lambda g, p: -scale * p * g, grad, pre)

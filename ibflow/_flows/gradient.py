@@ -1,6 +1,6 @@
 """Gradient flow ``dθ/dt = −∇L(θ)`` (THEORY §1)."""
 
-import jax
+import jax.numpy as jnp
 
 from .base import AbstractFlow
 
@@ -8,5 +8,10 @@ from .base import AbstractFlow
 class GradientFlow(AbstractFlow):
     """Plain gradient flow. The mirror flow with ``φ(x) = x²/2`` equals it exactly."""
 
-    def velocity(self, model, initial, grad, loss):
-        return jax.tree_util.tree_map(lambda g: -g, grad)
+    time_warped = False
+
+    def preconditioner(self, model, initial):
+        return None
+
+    def speed(self, model, initial, grad, loss):
+        return jnp.ones((), dtype=jnp.result_type(loss))

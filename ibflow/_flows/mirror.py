@@ -31,6 +31,8 @@ class MirrorFlow(AbstractFlow):
     scaling: AbstractScaling
     learning_rate: Float[Array, ""]
 
+    time_warped = False
+
     def __init__(self, potential: AbstractPotential, *, scaling: AbstractScaling = Unscaled(),
                  learning_rate: Float[ArrayLike, ""] = 1.0):
         if not isinstance(potential, AbstractPotential):
@@ -51,8 +53,12 @@ class MirrorFlow(AbstractFlow):
         return jax.tree_util.tree_map(lambda p, p0: self.scaling.gradient(self.potential, p - p0),
                                       params, params0)
 
-    def velocity(self, model, initial, grad, loss):
+    def preconditioner(self, model, initial):
+        """``η / Φ''(θ − θ₀)`` entry by entry (the inverse of the diagonal mirror metric)."""
         params, params0 = (eqx.filter(m, eqx.is_inexact_array) for m in (model, initial))
         return jax.tree_util.tree_map(
-            lambda g, p, p0: -self.learning_rate * g / self.scaling.hessian(self.potential, p - p0),
-            grad, params, params0)
+            lambda p, p0: self.learning_rate / self.scaling.hessian(self.potential, p - p0),
+            params, params0)
+
+    def speed(self, model, initial, grad, loss):
+        return jnp.ones((), dtype=jnp.result_type(loss))

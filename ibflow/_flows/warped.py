@@ -2,7 +2,6 @@
 
 from collections.abc import Callable
 
-import jax
 import jax.numpy as jnp
 
 from .base import AbstractFlow
@@ -30,6 +29,8 @@ class WarpedFlow(AbstractFlow):
     flow: AbstractFlow
     g: Callable
 
+    time_warped = True
+
     def __init__(self, flow: AbstractFlow, g: Callable):
         if not isinstance(flow, AbstractFlow):
             raise ValueError(f"WarpedFlow(flow, g): flow must be an ibflow flow; got "
@@ -39,14 +40,15 @@ class WarpedFlow(AbstractFlow):
         self.flow = flow
         self.g = g
 
-    def speed(self, model, loss):
+    def warp(self, model, loss):
         """``g(model, loss)`` as a float scalar, NaN where it is not positive and finite."""
         value = jnp.asarray(self.g(model, loss), dtype=float)
         if value.ndim != 0:
             raise ValueError(f"WarpedFlow: g must return a scalar; got shape {value.shape}.")
         return jnp.where((value > 0) & jnp.isfinite(value), value, jnp.nan)
 
-    def velocity(self, model, initial, grad, loss):
-        factor = self.speed(model, loss)
-        inner = self.flow.velocity(model, initial, grad, loss)
-        return jax.tree_util.tree_map(lambda v: factor * v, inner)
+    def preconditioner(self, model, initial):
+        return self.flow.preconditioner(model, initial)
+
+    def speed(self, model, initial, grad, loss):
+        return self.warp(model, loss) * self.flow.speed(model, initial, grad, loss)

@@ -1,29 +1,37 @@
-"""Abstract model classes.
+"""Abstract model classes and the optional capabilities a model can offer.
 
-A model is an Equinox module whose inexact array leaves are its parameters. ``__call__`` takes a
-single example; batch with ``jax.vmap(model)(X)``. Leaves that are *not* trained (a fixed second
-layer, an activation slope) are still array leaves, so they can be swept without recompiling, but
-the model wraps them in ``jax.lax.stop_gradient`` so every flow leaves them constant.
+ibflow integrates **any** Equinox module whose ``__call__(x)`` takes one example and returns a
+scalar (batch with ``jax.vmap(model)(X)``); its inexact array leaves are its parameters. No base
+class is required. The classes here are optional capabilities that generic code asks for:
+a `predictor()` (end-to-end weight), `invariants()` (conserved quantities), a closed-form
+reduction of the flow (`reduced_dynamics`), a cost estimate for sweeps.
+
+Leaves that are *not* trained (a fixed second layer, an activation slope) are still array
+leaves, so they can be swept without recompiling, but the model wraps them in
+``jax.lax.stop_gradient`` so every flow leaves them constant.
 """
 
 import abc
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 
 class AbstractModel(eqx.Module):
-    """A scalar-output model of one example."""
+    """A scalar-output model of one example (subclassing it is optional)."""
 
     @abc.abstractmethod
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, ""]:
         """The model's output on one example ``x``."""
 
+
+class AbstractInvariantModel(AbstractModel):
+    """A model with quantities conserved by gradient flow (THEORY §2.7 [DU])."""
+
     @abc.abstractmethod
     def invariants(self) -> PyTree[Array]:
-        """Quantities conserved by gradient flow on this model (THEORY §2.7 [DU])."""
+        """The conserved quantities at the current parameters."""
 
 
 class AbstractPredictorModel(AbstractModel):
@@ -41,6 +49,10 @@ class AbstractLinearModel(AbstractPredictorModel):
         return jnp.dot(self.predictor(), x)
 
 
-def batch_outputs(model: AbstractModel, X: Float[Array, "n d"]) -> Float[Array, " n"]:
-    """``model`` applied to every row of ``X``."""
-    return jax.vmap(model)(X)
+class AbstractReducibleModel(AbstractModel):
+    """A model that offers a closed-form reduction of some flows to a smaller ODE."""
+
+    @abc.abstractmethod
+    def reduced_dynamics(self, X, y, flow, loss):
+        """An `AbstractDynamics` integrating ``flow`` on ``loss`` from ``self`` in reduced
+        coordinates, or None when no reduction applies to this flow and loss."""

@@ -6,15 +6,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .base import AbstractModel
+from .activation import leaky_relu
+from .base import AbstractInvariantModel, AbstractReducibleModel
+from .piecewise_linear import AbstractPiecewiseLinearModel
 
 
-def leaky_relu(z, slope):
-    """``φ(z) = max(z, γz)`` for γ ∈ [0, 1]; γ = 0 is the ReLU. ``φ'(0) = 1`` (branch ``z ≥ 0``)."""
-    return jnp.where(z >= 0, z, slope * z)
-
-
-class TwoLayerClassifier(AbstractModel):
+class TwoLayerClassifier(AbstractInvariantModel, AbstractReducibleModel,
+                         AbstractPiecewiseLinearModel):
     """``f(x; W) = Σⱼ aⱼ φ(⟨wⱼ, x⟩ + bⱼ)`` with ``φ(z) = max(z, γz)`` (THEORY §4.0,
     Frei et al. §4.1).
 
@@ -80,9 +78,7 @@ class TwoLayerClassifier(AbstractModel):
                              f"{second_scale!r}.")
         if balanced and width % 2:
             raise ValueError(f"balanced=True needs an even width; got {width}.")
-        init_std = jnp.asarray(init_std, dtype=float)
-        if not _checks.is_traced(init_std) and not bool(init_std >= 0):
-            raise ValueError(f"init_std must be >= 0; got {init_std}.")
+        init_std = _checks.real_scalar(init_std, "init_std", nonnegative=True)
         kw, ka = jax.random.split(key)
         if balanced:
             signs = jax.random.permutation(
@@ -115,6 +111,14 @@ class TwoLayerClassifier(AbstractModel):
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, ""]:
         return self.readout(self.preactivations(x))
 
+    def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
+                           ) -> Float[Array, ""]:
+        return jnp.dot(self._second(), slopes * self.preactivations(x))
+
+    def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        slope = jax.lax.stop_gradient(self.slope)
+        return slope, jnp.ones_like(slope)
+
     def trained(self) -> dict[str, Array]:
         """The trained parameters θ by name (``first``, and ``second``/``bias`` when trained)."""
         out = {"first": self.first}
@@ -127,6 +131,15 @@ class TwoLayerClassifier(AbstractModel):
     def parameter_norm(self) -> Float[Array, ""]:
         """``‖θ‖₂`` over the trained parameters (``‖W‖_F`` for the fixed-``a`` network)."""
         return jnp.sqrt(sum(jnp.sum(v**2) for v in self.trained().values()))
+
+    def reduced_dynamics(self, X, y, flow, loss):
+        """Span coordinates (THEORY §4.1) for flows without a preconditioner (gradient flow in
+        any clock); None for mirror flows, whose velocity leaves the span."""
+        from .._dynamics.classifier import ClassifierReducedDynamics
+
+        if flow.preconditioner(self, self) is not None:
+            return None
+        return ClassifierReducedDynamics(self, X, y, flow, loss)
 
     def invariants(self) -> dict[str, Float[Array, " m"]]:
         if not self.train_second:

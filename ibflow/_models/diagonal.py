@@ -3,11 +3,14 @@
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .. import _checks
 from ._init import checked_scale_shape, layer_norms
-from .base import AbstractLinearModel
+from .base import AbstractInvariantModel, AbstractLinearModel, AbstractReducibleModel
+from .cost import AbstractCostEstimate
 
 
-class DiagonalNet(AbstractLinearModel):
+class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducibleModel,
+                  AbstractCostEstimate):
     """``f(x) = <u₊∘v₊ − u₋∘v₋, x>`` with all four vectors trained (THEORY §2.3).
 
     Gradient flow conserves ``u₊² − v₊²`` and ``u₋² − v₋²`` per coordinate. Construct from any
@@ -38,6 +41,8 @@ class DiagonalNet(AbstractLinearModel):
         - `shape`: s ∈ (−1, 1), a scalar or one value per coordinate.
         - `dim`: d; needed only when both `scale` and `shape` are scalars.
         """
+        if dim is not None:
+            _checks.width(dim, "dim")
         alpha, s = checked_scale_shape(scale, shape)
         d = jnp.broadcast_shapes(alpha.shape, s.shape)
         if len(d) == 0:
@@ -57,6 +62,16 @@ class DiagonalNet(AbstractLinearModel):
                 "minus": self.u_minus**2 - self.v_minus**2}
 
     # --- closed-form trajectory (THEORY §2.3) ----------------------------------------------
+    def reduced_dynamics(self, X, y, flow, loss):
+        """Gradient flow on the square loss reduces to an n-dim ODE (THEORY §2.3)."""
+        from .._dynamics.diagonal import DiagonalReducedDynamics
+        from .._flows.gradient import GradientFlow
+        from .._losses import SquareLoss
+
+        if isinstance(flow, GradientFlow) and isinstance(loss, SquareLoss):
+            return DiagonalReducedDynamics(self, X, y)
+        return None
+
     def exp_coefficients(self) -> tuple[Float[Array, " d"], Float[Array, " d"]]:
         """``(P, N) ≥ 0`` with ``w(ρ) = P e^ρ − N e^{−ρ}`` along gradient flow, where
         ``ρ(t) = −(2/n) Xᵀ ∫₀ᵗ (Xw − y) ds`` (THEORY §2.3 closed-form trajectory; ``P − N = w₀``,
@@ -75,3 +90,9 @@ class DiagonalNet(AbstractLinearModel):
             u_minus=(a_m * dn + b_m * up) / 2, v_minus=(a_m * dn - b_m * up) / 2,
         )
 
+    def estimated_cost(self) -> Float[Array, ""]:
+        """Predicted step count (for sweep ordering): the escape from a small initialization
+        takes ~log(1/k) e-folds (THEORY §2.3, k = 2·sqrt(K² − w₀²) = 4·sqrt(P·N)), so more
+        steps for small k."""
+        p, m = self.exp_coefficients()
+        return -jnp.mean(jnp.log(4 * jnp.sqrt(p * m) + 1e-300))

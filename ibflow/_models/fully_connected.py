@@ -6,10 +6,10 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
 from ._init import checked_scale_shape, layer_norms
-from .base import AbstractLinearModel
+from .base import AbstractInvariantModel, AbstractLinearModel
 
 
-class FullyConnectedNet(AbstractLinearModel):
+class FullyConnectedNet(AbstractLinearModel, AbstractInvariantModel):
     """``f(x) = Σᵢ aᵢ <wᵢ, x>``: first layer ``W₁`` (k, d) with rows ``wᵢ``, second layer
     ``a`` (k,); predictor ``w̃ = W₁ᵀ a``. Gradient flow conserves ``W₁W₁ᵀ − aaᵀ`` (THEORY §2.7)."""
 

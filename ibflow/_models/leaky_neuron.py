@@ -6,15 +6,13 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
 from ._init import checked_scale_shape, layer_norms
-from .base import AbstractPredictorModel
+from .activation import leaky_relu
+from .base import AbstractInvariantModel, AbstractPredictorModel
+from .piecewise_linear import AbstractPiecewiseLinearModel
 
 
-def leaky_relu(z, slope):
-    """``σ(z) = max(z, γz)`` for γ ∈ (0, 1]."""
-    return jnp.where(z >= 0, z, slope * z)
-
-
-class LeakyReLUNeuron(AbstractPredictorModel):
+class LeakyReLUNeuron(AbstractPredictorModel, AbstractInvariantModel,
+                      AbstractPiecewiseLinearModel):
     """``f(x) = a σ(<w, x>)`` with ``σ(z) = max(z, γz)``, γ ∈ (0, 1] (THEORY §2.5).
 
     ``slope`` is a fixed (untrained) array leaf, so it can be swept without recompiling. Gradient
@@ -58,6 +56,17 @@ class LeakyReLUNeuron(AbstractPredictorModel):
 
     def invariants(self) -> dict[str, Float[Array, ""]]:
         return {"delta": self.a**2 - jnp.sum(self.w**2)}
+
+    def preactivations(self, x: Float[Array, " d"]) -> Float[Array, " 1"]:
+        return jnp.dot(self.w, x)[None]
+
+    def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " 1"]
+                           ) -> Float[Array, ""]:
+        return self.a * slopes[0] * jnp.dot(self.w, x)
+
+    def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        slope = jax.lax.stop_gradient(self.slope)
+        return slope, jnp.ones_like(slope)
 
 
 def checked_slope(slope):

@@ -4,10 +4,10 @@ exponential, used as the solver's ground truth."""
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .base import AbstractLinearModel
+from .base import AbstractInvariantModel, AbstractLinearModel
 
 
-class LinearModel(AbstractLinearModel):
+class LinearModel(AbstractLinearModel, AbstractInvariantModel):
     """``f(x) = <w, x>``. Gradient flow from ``w(0) = 0`` converges to the minimum-ℓ2
     interpolant ``X⁺y`` (its iterates stay in range Xᵀ)."""
 

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .base import AbstractModel
+from .base import AbstractInvariantModel
+from .piecewise_linear import AbstractPiecewiseLinearModel
 
 Activation = Literal["relu", "abs"]
 
@@ -44,7 +45,7 @@ class UniformBias(AbstractBiasDistribution):
 
     def __check_init__(self):
         if not _checks.is_traced(self.half_width):
-            _checks.positive(self.half_width, "UniformBias half_width")
+            _checks.positive_finite(self.half_width, "UniformBias half_width")
 
     def sample(self, key, shape):
         return jax.random.uniform(key, shape, minval=-self.half_width, maxval=self.half_width)
@@ -69,7 +70,7 @@ class GaussianBias(AbstractBiasDistribution):
 
     def __check_init__(self):
         if not _checks.is_traced(self.std):
-            _checks.positive(self.std, "GaussianBias std")
+            _checks.positive_finite(self.std, "GaussianBias std")
             _checks.positive(self.cutoff, "GaussianBias cutoff")
 
     def sample(self, key, shape):
@@ -95,7 +96,7 @@ def activation_fn(name: Activation):
 
 
 # --- the network ----------------------------------------------------------------------------
-class ShallowNet(AbstractModel):
+class ShallowNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
     """``f(x) = Σ_k a_k σ(w_k x − b_k) + d`` for scalar input x, σ = ReLU or |·| (THEORY §3).
 
     All of ``w, b, a`` (shape (n,)) and ``d`` (scalar) are trained. ``__call__`` takes ONE example
@@ -146,10 +147,9 @@ class ShallowNet(AbstractModel):
         if not isinstance(bias, AbstractBiasDistribution):
             raise ValueError("bias must be UniformBias(...), GaussianBias(...) or another "
                              "AbstractBiasDistribution.")
-        output_std = jnp.asarray(output_std, dtype=float)
-        output_bias_std = jnp.asarray(output_bias_std, dtype=float)
-        if not _checks.is_traced(output_std) and (output_std < 0 or output_bias_std < 0):
-            raise ValueError("output_std and output_bias_std must be >= 0.")
+        output_std = _checks.real_scalar(output_std, "output_std", nonnegative=True)
+        output_bias_std = _checks.real_scalar(output_bias_std, "output_bias_std",
+                                              nonnegative=True)
         kw, kb, ka, kd = jax.random.split(key, 4)
         w = jnp.where(jax.random.bernoulli(kw, 0.5, (width,)), 1.0, -1.0)
         b = bias.sample(kb, (width,))
@@ -166,6 +166,17 @@ class ShallowNet(AbstractModel):
 
     def invariants(self) -> dict[str, Float[Array, " n"]]:
         return {"balance": self.a**2 - self.w**2 - self.b**2}
+
+    def preactivations(self, x: Float[Array, ""] | Float[Array, " 1"]) -> Float[Array, " n"]:
+        """``w_k x − b_k`` for one scalar input."""
+        return self.w * _scalar_input(x) - self.b
+
+    def output_with_slopes(self, x, slopes: Float[Array, " n"]) -> Float[Array, ""]:
+        return jnp.dot(self.a, slopes * self.preactivations(x)) + self.d
+
+    def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        lo = 0.0 if self.activation == "relu" else -1.0
+        return jnp.asarray(lo, dtype=float), jnp.asarray(1.0, dtype=float)
 
 
 def _scalar_input(x):

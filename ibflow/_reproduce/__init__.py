@@ -8,3 +8,4 @@ from . import mirror as mirror  # noqa: E402,F401  (issue 5)
 from . import shape_scale as shape_scale  # noqa: E402
 from . import q_figures as q_figures  # noqa: E402
 from . import optimize_shape as optimize_shape  # noqa: E402  (issue 8)
+from . import teacher_student as teacher_student  # noqa: E402,F401  (issue 11)

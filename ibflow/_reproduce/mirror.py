@@ -35,7 +35,7 @@ from .._integrate import integrate
 from .._models.shallow import ShallowNet, UniformBias
 from .._potentials.polynomial import PolynomialPotential
 from .._potentials.scaling import Unscaled, WidthScaled
-from .._solution import Status
+from .._status import Status
 from .._variational.abs import abs_variational
 from .._variational.relu import relu_variational
 from .registry import register

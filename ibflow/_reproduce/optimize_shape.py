@@ -20,8 +20,8 @@ from .. import data as _data  # noqa: E402
 from .._differentiable.optimize_shape import optimize_shape  # noqa: E402
 from .._integrate import integrate  # noqa: E402
 from .._models.diagonal import DiagonalNet  # noqa: E402
-from .._sweep.engine import sweep  # noqa: E402
 from .._sweep.grid import Grid  # noqa: E402
+from .._sweep.sweep import sweep  # noqa: E402
 from .registry import register  # noqa: E402
 
 

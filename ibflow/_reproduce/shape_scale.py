@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 
 from .. import data as _data  # noqa: E402
 from .._models.diagonal import DiagonalNet  # noqa: E402
-from .._sweep.engine import sweep  # noqa: E402
 from .._sweep.grid import Grid  # noqa: E402
+from .._sweep.sweep import sweep  # noqa: E402
 from .registry import register  # noqa: E402
 
 PAPER_SHAPES = (0.0, 0.5, 0.7, 0.9, 0.99)

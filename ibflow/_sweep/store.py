@@ -1,29 +1,44 @@
 """The results directory of a sweep: an open format readable without ibflow.
 
 Layout of ``out/``:
-- ``sweep.json``: metadata — the full configuration (grid axes, data fingerprint, integrate
-  options, chunking and member order), ibflow/JAX/diffrax versions, git commit, devices, and the
-  list of member indices in each chunk.
-- ``chunks/chunk-00000.npz`` …: one NumPy ``.npz`` per finished chunk, written atomically
-  (temporary file + ``os.replace``), holding ``index`` (grid member indices) and one array per
-  recorded field. A chunk file exists only if the chunk finished, so a killed sweep loses only
-  the chunk in flight, and re-running the same command resumes.
-- ``results.npz``: every field gathered into grid order (shape = grid shape [+ trailing dims]),
-  plus one array per grid axis; written when all chunks are done.
-Read with ``numpy.load("results.npz")`` and ``json.load(open("sweep.json"))``.
+- ``sweep.json``: metadata: the full configuration (grid axes, data fingerprints, integrate
+  options, chunking and member order), its hash, ibflow/JAX/diffrax versions, git commit, devices.
+- ``chunks/chunk-00000.npz`` …: one NumPy ``.npz`` per finished chunk, holding ``config_hash``,
+  ``dataset``, ``index`` (grid member indices) and one array per recorded field.
+- ``results.npz``: every field in grid order (shape = dims [+ trailing dims]), one ``axis_<name>``
+  array per dimension and ``config_hash``; written when all chunks are done.
+- ``.lock``: the lock file (``fcntl.flock``) held by the run writing the directory.
+
+Guarantees: every file is written atomically (temporary file + ``os.replace``), with the mode the
+umask gives; a chunk is used only if it reads back completely, carries this sweep's config hash
+and the member indices (and data set) of the chunk it is named after, and holds every field for
+each of them. Anything else is recomputed, with a warning naming the file (the sweep also
+warns about a chunk missing while later ones exist). One run at a time
+writes a directory: a second run fails at once, naming the directory.
 """
 
+import contextlib
+import errno
+import fcntl
 import hashlib
+import io
 import json
 import os
 import subprocess
 import tempfile
+import warnings
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+_UNREADABLE = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
+
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a
+    part; the file gets the permissions of an ordinary ``open`` (0o666 minus the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -31,6 +46,9 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -38,16 +56,21 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
         raise
 
 
-def atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    import io
-
+def savez_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # zip entries carry a fixed timestamp: byte-reproducible
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
-def chunk_path(out: Path, i: int) -> Path:
-    return out / "chunks" / f"chunk-{i:05d}.npz"
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz``, read eagerly (so truncation and CRC errors surface here);
+    never unpickles."""
+    with open(path, "rb") as handle:  # ours to close, also when the archive is unreadable
+        loaded = np.load(handle, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with loaded as f:
+            return {k: f[k] for k in f.files}
 
 
 def fingerprint(*arrays) -> str:
@@ -69,10 +92,126 @@ def git_commit() -> str | None:
         return None
 
 
-def write_metadata(out: Path, metadata: dict) -> None:
-    atomic_write_bytes(out / "sweep.json", json.dumps(metadata, indent=2, default=str).encode())
-
-
 def read_metadata(out: Path) -> dict | None:
-    path = out / "sweep.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    """``sweep.json``, or None if absent; a file that is not a JSON object warns and reads None."""
+    path = Path(out) / "sweep.json"
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+        if isinstance(meta, dict) and isinstance(meta.get("config_hash"), str):
+            return meta
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    warnings.warn(f"{path} is not a sweep's metadata file (corrupt?); ignoring it.", stacklevel=3)
+    return None
+
+
+class Store:
+    """One results directory, opened by one run (see the module docstring for the guarantees)."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"out={str(self.out)!r} exists and is not a directory.")
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the directory's exclusive lock; a second run fails at once instead of waiting
+        (its chunks would be the same; waiting silently could look like a hang)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / ".lock", "a") as lock:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                raise RuntimeError(f"results directory {str(self.out)!r} is being written by "
+                                   "another sweep (its .lock is held); wait for that run to "
+                                   "finish or choose another out.") from None
+            self._remove_temporaries()
+            try:
+                yield self
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _remove_temporaries(self) -> None:
+        """Temporary files of a killed run (never renamed into place)."""
+        for folder in (self.out, self.out / "chunks"):
+            for tmp in folder.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+
+    def claim(self, metadata: dict) -> None:
+        """Record this sweep's metadata; refuse a directory holding results of a different
+        sweep (one whose only file is another sweep's ``sweep.json`` is taken over)."""
+        existing = read_metadata(self.out)
+        if existing is not None and existing["config_hash"] != metadata["config_hash"]:
+            if not self._holds_results():  # e.g. a run that failed before its first chunk
+                warnings.warn(f"{self.out / 'sweep.json'} describes another sweep but the "
+                              "directory holds no results; replacing it.", stacklevel=3)
+                self.write_metadata(metadata)
+                return
+            raise ValueError(
+                f"results directory {str(self.out)!r} holds a different sweep (config hash "
+                f"{existing['config_hash']} != {metadata['config_hash']}); choose another out "
+                "or delete it.")
+        if existing is None:
+            self.write_metadata(metadata)
+
+    def _holds_results(self) -> bool:
+        return (self.out / "results.npz").exists() or any(
+            (self.out / "chunks").glob("chunk-*.npz"))
+
+    def write_metadata(self, metadata: dict) -> None:
+        payload = json.dumps(metadata, indent=2, default=str).encode()
+        atomic_write_bytes(self.out / "sweep.json", payload)
+
+    def chunk_path(self, number: int) -> Path:
+        return self.out / "chunks" / f"chunk-{number:05d}.npz"
+
+    def save_chunk(self, number: int, record: dict[str, np.ndarray], *, config_hash: str,
+                   dataset: int) -> None:
+        arrays = dict(record) | {"config_hash": np.array(config_hash), "dataset": np.array(dataset)}
+        atomic_write_bytes(self.chunk_path(number), savez_bytes(arrays))
+
+    def save_results(self, arrays: dict[str, np.ndarray], metadata: dict) -> None:
+        arrays = dict(arrays) | {"config_hash": np.array(metadata["config_hash"])}
+        atomic_write_bytes(self.out / "results.npz", savez_bytes(arrays))
+        self.write_metadata(metadata)
+
+    def load_chunk(self, number: int, *, config_hash: str, dataset: int, index: np.ndarray,
+                   fields: tuple[str, ...] | None) -> dict[str, np.ndarray] | None:
+        """The chunk's record if it verifies, else None (with a warning unless it is absent)."""
+        path = self.chunk_path(number)
+        if not path.exists():
+            return None
+        problem = None
+        try:
+            record = read_npz(path)
+        except _UNREADABLE as e:
+            record, problem = {}, f"is unreadable ({type(e).__name__}: {e})"
+        if problem is None:
+            problem = _chunk_problem(record, config_hash, dataset, index, fields)
+        if problem is not None:
+            warnings.warn(f"sweep chunk file {path} {problem}; recomputing it.", stacklevel=3)
+            return None
+        return {k: v for k, v in record.items() if k not in ("config_hash", "dataset")}
+
+
+def _chunk_problem(record, config_hash, dataset, index, fields) -> str | None:
+    """Why ``record`` is not the chunk expected, or None when it is."""
+    stored_hash = record.get("config_hash")
+    if stored_hash is None or stored_hash.shape != () or stored_hash.dtype.kind != "U":
+        return "has no config hash (not written by this version of ibflow?)"
+    if str(stored_hash) != config_hash:
+        return f"belongs to another sweep (config hash {stored_hash} != {config_hash})"
+    stored = record.get("index")
+    if (stored is None or record.get("dataset") is None or int(record["dataset"]) != dataset
+            or stored.shape != index.shape or not np.array_equal(stored, index)):
+        return "holds other members than its name says (copied from another chunk?)"
+    names = set(record) - {"config_hash", "dataset", "index"}
+    if fields is not None and names != set(fields):
+        return f"holds fields {sorted(names)} instead of {sorted(fields)}"
+    if any(record[k].ndim < 1 or record[k].shape[0] != len(index) for k in names):
+        return "has fields whose length is not its number of members"
+    return None

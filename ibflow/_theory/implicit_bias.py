@@ -1,6 +1,8 @@
 """``implicit_bias``: the exact implicit regularizer of a model at its initialization, or a
 clear refusal (THEORY §2.3–§2.6)."""
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float
 
@@ -78,6 +80,12 @@ def implicit_bias(model: AbstractModel, *, final_sign: Float[ArrayLike, ""] | No
     The statement is about gradient flow on the square loss (any positive multiple of it,
     THEORY §1); the flow and loss used later are not known here and not checked.
     """
+    if not isinstance(model, AbstractModel):
+        raise ValueError(f"model must be an ibflow model (e.g. DiagonalNet); got "
+                         f"{type(model).__name__}.")
+    for leaf in jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array)):
+        if not _checks.is_traced(leaf):
+            _checks.finite(leaf, f"model ({type(model).__name__}) parameters")
     if final_sign is not None and not isinstance(model, (FullyConnectedNet, LeakyReLUNeuron)):
         raise ValueError("final_sign applies only to single-neuron models.")
     if isinstance(model, DiagonalNet):

@@ -11,17 +11,9 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from .. import _checks
 from .._interpolants import min_l1_interpolant
+from .._status import Status
 from .regularizers.base import AbstractLegendreRegularizer, AbstractRegularizer
 from .regularizers.l1 import L1Norm
-
-
-class MinimizerStatus(eqx.Enumeration):
-    """Outcome of `minimize_regularizer`; under ``vmap`` each member has its own."""
-
-    converged = "the interpolation constraint holds to the requested tolerance"
-    max_steps_reached = "the Newton step budget ran out before the constraint was met"
-    line_search_failed = "the line search found no decrease of the dual (tolerance below roundoff?)"
-    singular = "the dual Hessian X·∇²Q*·Xᵀ is singular (X rank-deficient) or non-finite"
 
 
 class RegularizerMinimum(eqx.Module):
@@ -36,7 +28,7 @@ class RegularizerMinimum(eqx.Module):
       `implicit_bias` this is the distance of ``∇Q(w) − ∇Q(w₀)`` from ``range Xᵀ``. For ℓ1:
       ``max(‖Xᵀν‖_∞ − 1, 0) + max_{wᵢ≠0} |(Xᵀν)ᵢ − sign(wᵢ)|`` (dual feasibility and
       complementary slackness).
-    - `steps`: Newton steps taken (0 for ℓ1). `status`: a `MinimizerStatus` item.
+    - `steps`: Newton steps taken (0 for ℓ1). `status`: a `Status` item.
     """
 
     w: Float[Array, " d"]
@@ -44,11 +36,11 @@ class RegularizerMinimum(eqx.Module):
     feasibility: Float[Array, ""]
     stationarity: Float[Array, ""]
     steps: Int[Array, ""]
-    status: MinimizerStatus
+    status: Status
 
     @property
     def converged(self):
-        return self.status == MinimizerStatus.converged
+        return self.status == Status.converged
 
 
 def _range_residual(X, g):
@@ -126,7 +118,7 @@ def _dual_newton(Q, X, b, rtol, max_steps):
 
     def cond(carry):
         nu, w, r, steps, status = carry
-        return (status == MinimizerStatus.max_steps_reached) & ~done(w, r) & (steps < max_steps)
+        return (status == Status.budget_exhausted) & ~done(w, r) & (steps < max_steps)
 
     def body(carry):
         nu, w, r, steps, status = carry
@@ -136,20 +128,20 @@ def _dual_newton(Q, X, b, rtol, max_steps):
         t, accepted = line_search(nu, dual(nu), r, direction)
         new_nu = jnp.where(accepted, nu + t * direction, nu)
         new_w, new_r = residual(new_nu)
-        status = MinimizerStatus.where(
-            finite, MinimizerStatus.where(accepted, status, MinimizerStatus.line_search_failed),
-            MinimizerStatus.singular)
+        status = Status.where(
+            finite, Status.where(accepted, status, Status.line_search_failed),
+            Status.singular)
         return new_nu, new_w, new_r, steps + 1, status
 
     nu0 = jnp.zeros(n, dtype=X.dtype)
     w0, r0 = residual(nu0)
-    init = (nu0, w0, r0, jnp.zeros((), dtype=int), MinimizerStatus.max_steps_reached)
+    init = (nu0, w0, r0, jnp.zeros((), dtype=int), Status.budget_exhausted)
     nu, w, r, steps, status = jax.lax.while_loop(cond, body, init)
-    status = MinimizerStatus.where(done(w, r), MinimizerStatus.converged, status)
+    status = Status.where(done(w, r), Status.converged, status)
     feasibility = jnp.linalg.norm(r)
     stationarity = _range_residual(X, Q.grad(w))
-    status = MinimizerStatus.where(jnp.isfinite(feasibility) & jnp.all(jnp.isfinite(w)), status,
-                                   MinimizerStatus.singular)
+    status = Status.where(jnp.isfinite(feasibility) & jnp.all(jnp.isfinite(w)), status,
+                                   Status.singular)
     return RegularizerMinimum(w=w, nu=nu, feasibility=feasibility, stationarity=stationarity,
                               steps=steps, status=status)
 
@@ -177,7 +169,7 @@ def _minimize_l1(X, b):
     return RegularizerMinimum(
         w=jnp.asarray(w), nu=jnp.asarray(nu), feasibility=jnp.asarray(np.linalg.norm(X @ w - b)),
         stationarity=jnp.asarray(stationarity), steps=jnp.asarray(0),
-        status=MinimizerStatus.converged)
+        status=Status.converged)
 
 
 def checked_interpolation_data(X, y, caller: str):
@@ -197,6 +189,23 @@ def checked_interpolation_data(X, y, caller: str):
                              "infeasible for generic y (and degenerate otherwise); drop "
                              "dependent rows.")
     return X, y
+
+
+#: Smallest `rtol` whose stopping test means something in float64 (4 ulps).
+_MIN_RTOL = 4 * float(np.finfo(np.float64).eps)
+
+
+def _check_dimension(Q: AbstractRegularizer, d: int):
+    """Every vector leaf of `Q` (k, w₀, anchor, weights, …) has the length d of the data."""
+    for leaf in jax.tree_util.tree_leaves(eqx.filter(Q, eqx.is_array)):
+        if jnp.ndim(leaf) == 1 and jnp.shape(leaf)[0] != d:
+            raise ValueError(f"Q ({type(Q).__name__}) was built for dimension "
+                             f"{jnp.shape(leaf)[0]} but X has d = {d} columns; build Q from a "
+                             "model of the data's input dimension.")
+        if jnp.ndim(leaf) > 1:
+            raise ValueError(f"Q ({type(Q).__name__}) holds an array of shape "
+                             f"{jnp.shape(leaf)}: a batch of regularizers; jax.vmap over Q "
+                             "instead of passing the batch.")
 
 
 def minimize_regularizer(
@@ -224,13 +233,13 @@ def minimize_regularizer(
     Measured behaviour: at n = 10, d = 30, k down to 1e-30 takes 18 steps and 1e-100 about
     240 (each damped step gains a bounded amount of ``log(1/k)``); at n = 100, d = 1000,
     α = 1e-3 / 1e-6 / 1e-10 take 7 / 11 / 13 steps (5–25 ms after compilation), but α = 1e-30
-    is not done after 500 steps (relative feasibility 1e-5; status ``max_steps_reached``) — a
+    is not done after 500 steps (relative feasibility 1e-5; status ``budget_exhausted``) — a
     continuation in k would fix that and is not implemented. The single neuron with strongly
     negative δ is the hard case: its conjugate ``½(‖u‖² + δ)₊^{3/2}`` is flat on a ball of
     radius ``sqrt(−δ)`` and the solution sits just outside it, so the dual's curvature changes
     by orders of magnitude over one Newton step. δ ≈ −400 (α = 10, s = −0.95) converges in about
     20 steps; δ ≈ −1e4 reaches only ~1e-9 relative feasibility in 500 steps and δ ≈ −1e6 stalls
-    (status ``max_steps_reached``, never a silent answer). A better-conditioned formulation
+    (status ``budget_exhausted``, never a silent answer). A better-conditioned formulation
     for δ ≪ 0 (e.g. in the radial variable ``t = ‖u‖² + δ``) is left open.
 
     For `L1Norm` it solves the linear program instead (``ibflow.min_l1_interpolant`` for w,
@@ -239,7 +248,8 @@ def minimize_regularizer(
     **Arguments:**
     - `Q`: a regularizer (e.g. from `ibflow.implicit_bias`).
     - `X`: (n, d) with full row rank n ≤ d; `y`: (n,) targets.
-    - `rtol`: relative tolerance on the constraint; `max_steps`: Newton step budget.
+    - `rtol`: relative tolerance on the constraint, at least ``4ε ≈ 8.9e-16`` (smaller values
+      cannot be verified in float64 and are refused); `max_steps`: Newton step budget ≥ 1.
     - `throw`: raise if the status is not `converged` (with ``False``, read the status).
 
     **Returns:** a `RegularizerMinimum` (w, ν, feasibility, stationarity, steps, status).
@@ -250,7 +260,15 @@ def minimize_regularizer(
     """
     if not isinstance(Q, AbstractRegularizer):
         raise ValueError(f"Q must be an ibflow regularizer; got {type(Q).__name__}.")
+    max_steps = _checks.width(max_steps, "max_steps")
+    # Below a few ulps the stopping test can only pass by an accidental exact cancellation in
+    # one rounding of Xw − b, which another evaluation order would not reproduce.
+    rtol = _checks.real_scalar(rtol, "rtol")
+    rtol = _checks._check(rtol, lambda a: ~(a >= _MIN_RTOL),
+                          f"rtol must be >= {_MIN_RTOL:.1e} (a few float64 ulps); a smaller "
+                          "tolerance cannot be verified in floating point.")
     X, y = checked_interpolation_data(X, y, "minimize_regularizer")
+    _check_dimension(Q, X.shape[1])
     b = Q.interpolation_targets(y)
     if isinstance(Q, L1Norm):
         if _checks.is_traced(X) or _checks.is_traced(y):
@@ -260,9 +278,9 @@ def minimize_regularizer(
     if not isinstance(Q, AbstractLegendreRegularizer):
         raise ValueError(f"{type(Q).__name__} has no gradient inverse; minimize_regularizer "
                          "supports Legendre-type regularizers and L1Norm.")
-    out = _dual_newton(Q, X, b, jnp.asarray(rtol, dtype=float), int(max_steps))
+    out = _dual_newton(Q, X, b, jnp.asarray(rtol, dtype=float), max_steps)
     if throw:
-        out = eqx.error_if(out, out.status != MinimizerStatus.converged,
+        out = eqx.error_if(out, out.status != Status.converged,
                            "minimize_regularizer did not converge (see RegularizerMinimum.status; "
                            "pass throw=False to get the result anyway).")
     return out

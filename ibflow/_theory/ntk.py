@@ -32,9 +32,8 @@ from .hessian_map import _flat_parameters, _jacobian, predictor_inverse_metric
 
 
 def _inputs(X, name="X"):
+    X = _checks.real_array(X, name, ndim=2)
     X = jnp.asarray(X, dtype=float) if not _checks.is_traced(X) else X
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-d array of shape (n, d); got shape {tuple(X.shape)}.")
     return _checks.finite(X, name)
 
 

@@ -5,9 +5,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float
 
+from .. import _checks
 from .._models.shallow import AbstractBiasDistribution, UniformBias
 from .._potentials.base import AbstractPotential
-from .._solution import Status
+from .._status import Status
 from .solution import VariationalSolution, check_data, midpoint_grid
 
 
@@ -35,7 +36,9 @@ def abs_variational(
         raise ValueError("potential must be an ibflow potential (e.g. QuarticPotential()).")
     x, h = check_data(x, h)
     t, w = midpoint_grid(bias, num_grid)
-    return _solve(x, h, t, w, bias, potential, int(max_iter), jnp.asarray(tol, dtype=float))
+    max_iter = _checks.width(max_iter, "max_iter")
+    tol = _checks.real_scalar(tol, "tol", positive=True)
+    return _solve(x, h, t, w, bias, potential, max_iter, jnp.asarray(tol, dtype=float))
 
 
 @eqx.filter_jit

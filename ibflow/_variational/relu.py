@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float
 
 from .._models.shallow import AbstractBiasDistribution, UniformBias
-from .._solution import Status
+from .._status import Status
 from .solution import VariationalSolution, check_data, midpoint_grid
 
 
@@ -46,7 +46,13 @@ def _solve(x, h, t, w, bias):
          + jnp.outer(q, q) / bias.second_moment())
     kkt = jnp.block([[2 * Q, A.T], [A, jnp.zeros((m, m))]])
     rhs = jnp.concatenate([jnp.zeros(n_grid + 2), h])
-    z = jnp.linalg.solve(kkt, rhs)[: n_grid + 2]
+    solution = jnp.linalg.solve(kkt, rhs)
+    # A singular KKT system (repeated inputs, a degenerate grid) gives non-finite values or a
+    # solution that does not satisfy it; either is reported, never a silent "converged".
+    residual = jnp.linalg.norm(kkt @ solution - rhs) / jnp.maximum(1.0, jnp.linalg.norm(rhs))
+    solved = jnp.all(jnp.isfinite(solution)) & (residual <= 1e-8)
+    z = solution[: n_grid + 2]
     return VariationalSolution(
         grid=t, weights=w, curvature=z[:n_grid], intercept=z[n_grid], slope=z[n_grid + 1],
-        objective=z @ Q @ z, status=Status.converged, activation="relu")
+        objective=z @ Q @ z, status=Status.where(solved, Status.converged, Status.singular),
+        activation="relu")

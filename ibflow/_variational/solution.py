@@ -7,15 +7,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .. import _checks
 from .._models.shallow import AbstractBiasDistribution
-from .._solution import Status
+from .._status import Status
 
 
 def midpoint_grid(bias: AbstractBiasDistribution, num_grid: int):
     """Cell midpoints ``t_j`` and widths ``ω_j`` of a uniform grid on ``bias.interval()``."""
     if not isinstance(bias, AbstractBiasDistribution):
         raise ValueError("bias must be an AbstractBiasDistribution (UniformBias, GaussianBias).")
-    if not isinstance(num_grid, int) or num_grid < 8:
+    if not isinstance(num_grid, int) or isinstance(num_grid, bool) or num_grid < 8:
         raise ValueError(f"num_grid must be an integer >= 8; got {num_grid!r}.")
     lo, hi = bias.interval()
     h = (hi - lo) / num_grid
@@ -24,13 +25,15 @@ def midpoint_grid(bias: AbstractBiasDistribution, num_grid: int):
 
 
 def check_data(x, h):
+    """Real, finite, non-empty ``x`` (m,) or (m, 1) and ``h`` (m,), refused by name otherwise."""
+    x, h = _checks.real_array(x, "x"), _checks.real_array(h, "h")
     x, h = jnp.asarray(x, dtype=float), jnp.asarray(h, dtype=float)
     if x.ndim == 2 and x.shape[1] == 1:
         x = x[:, 0]
     if x.ndim != 1 or h.shape != x.shape:
         raise ValueError(f"x must have shape (m,) or (m, 1) and h shape (m,); got {x.shape}, "
                          f"{h.shape}.")
-    return x, h
+    return _checks.finite(x, "x"), _checks.finite(h, "h")
 
 
 class VariationalSolution(eqx.Module):

@@ -12,3 +12,4 @@ from ._mixture import (  # noqa: E402
     near_orthogonality as near_orthogonality,
 )
 from ._mnist import MNIST_MD5 as MNIST_MD5, load_mnist as load_mnist, read_idx as read_idx  # noqa: E402
+from ._files import DataFileError as DataFileError  # noqa: E402

@@ -18,6 +18,8 @@ def digits(
     """
     from sklearn.datasets import load_digits
 
+    if task not in ("parity", "0-vs-1"):
+        raise ValueError(f"task must be 'parity' or '0-vs-1'; got {task!r}.")
     bunch = load_digits()
     if task == "parity":
         positive, negative = (0, 2, 4, 6, 8), (1, 3, 5, 7, 9)

@@ -1,7 +1,21 @@
-"""Checksums and missing-file messages shared by the local-file loaders (MNIST, CIFAR-10)."""
+"""Checksums, safe reads and error messages shared by the local-file loaders (MNIST, CIFAR-10).
 
+Trust model: a file is checked against a digest the caller passes (``checksums={name: hex}``) or,
+failing that, the digest published by the data set's authors (the tables in the loaders). Nothing
+next to the data (no sidecar ``.md5``) is trusted: whoever can replace the data can replace it.
+No loader ever deserializes Python objects; every format is parsed with numpy from raw bytes.
+"""
+
+import gzip
 import hashlib
+import zlib
 from pathlib import Path
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class DataFileError(ValueError):
+    """A data file is malformed, truncated or fails its checksum; the message names the file."""
 
 
 def _digest(path: Path, algorithm: str) -> str:
@@ -12,49 +26,51 @@ def _digest(path: Path, algorithm: str) -> str:
     return h.hexdigest()
 
 
-def _algorithm(expected: str) -> str:
+def _algorithm(expected: str, name: str) -> str:
     """md5 for 32 hex digits, sha256 for 64."""
     expected = expected.strip().lower()
-    if len(expected) == 32:
+    if len(expected) == 32 and all(c in "0123456789abcdef" for c in expected):
         return "md5"
-    if len(expected) == 64:
+    if len(expected) == 64 and all(c in "0123456789abcdef" for c in expected):
         return "sha256"
-    raise ValueError(f"a checksum must be an md5 (32 hex digits) or sha256 (64 hex digits) "
-                     f"digest; got {expected!r}.")
-
-
-def _sidecar(path: Path) -> str | None:
-    for suffix in (".sha256", ".md5"):
-        side = path.with_name(path.name + suffix)
-        if side.is_file():
-            text = side.read_text().split()
-            if text:
-                return text[0]
-    return None
+    raise ValueError(f"checksums[{name!r}] must be an md5 (32 hex digits) or sha256 (64 hex "
+                     f"digits) digest; got {expected!r}.")
 
 
 def verify(path: Path, *, official: dict[str, str], checksums: dict[str, str] | None,
            verify: bool) -> str:
-    """Check ``path`` against, in order of precedence: ``checksums[name]`` (user supplied), a
-    sidecar file ``<name>.sha256`` / ``<name>.md5`` next to it (first token = hex digest), the
-    ``official`` table. Returns how it was checked ("user", "sidecar", "official", "none").
-    A mismatch raises ``ValueError`` naming the file and both digests."""
+    """Check ``path`` against ``checksums[name]`` (caller supplied) if given, else the
+    ``official`` (published) table. Returns how it was checked ("user", "official", "none").
+    A mismatch raises `DataFileError` naming the file and both digests."""
     if not verify:
         return "none"
     name = path.name
-    for source, expected in (("user", (checksums or {}).get(name)), ("sidecar", _sidecar(path)),
-                             ("official", official.get(name))):
+    for source, expected in (("user", (checksums or {}).get(name)),
+                             ("published", official.get(name))):
         if expected is None:
             continue
-        algorithm = _algorithm(expected)
+        algorithm = _algorithm(expected, name)
         got = _digest(path, algorithm)
         if got != expected.strip().lower():
-            raise ValueError(
+            raise DataFileError(
                 f"checksum mismatch for {path}: expected {algorithm} {expected} ({source}), got "
-                f"{got}. The file is corrupt or not the expected release; pass checksums={{...}} "
-                f"for a different release or verify=False to skip the check.")
+                f"{got}. The file is corrupt, truncated or not the expected release; pass "
+                "checksums={...} for a different release or verify_checksums=False to skip "
+                "the check.")
         return source
     return "none"
+
+
+def gunzip(raw: bytes, path: Path) -> bytes:
+    """Decompress gzip bytes read from ``path``; a truncated or fake gzip names the file."""
+    try:
+        return gzip.decompress(raw)
+    except EOFError as e:
+        raise DataFileError(f"{path} is a truncated gzip file (the compressed stream ends early:"
+                            f" {e}); download it again.") from None
+    except (gzip.BadGzipFile, zlib.error, OSError) as e:
+        raise DataFileError(f"{path} starts like a gzip file but is not a valid one ({e}).") \
+            from None
 
 
 def missing_error(dataset: str, root: Path, expected: list[str], hint: str) -> FileNotFoundError:

@@ -38,10 +38,10 @@ def gaussian_mixture(
     """
     for name, v in dict(n=n, d=d).items():
         _checks.width(v, name)
-    if not (isinstance(n_test, int) and n_test >= 0):
+    if not (isinstance(n_test, int) and not isinstance(n_test, bool) and n_test >= 0):
         raise ValueError(f"n_test must be an integer >= 0; got {n_test!r}.")
-    if not (sigma_p >= 0 and sigma_e > 0):
-        raise ValueError(f"need sigma_p >= 0 and sigma_e > 0; got {sigma_p}, {sigma_e}.")
+    sigma_p = _checks.real_scalar(sigma_p, "sigma_p", nonnegative=True)
+    sigma_e = _checks.real_scalar(sigma_e, "sigma_e", positive=True)
     km, kz, ky, kzt, kyt = jax.random.split(key, 5)
     mu = sigma_p * jax.random.normal(km, (d,))
     if balanced:
@@ -62,8 +62,8 @@ def near_orthogonality(X: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
     (n = 10, d = 784) it is about ``n σ_e √(2 log(n²)) / (σ_e √d)`` ≈ 1 (measured 0.75 and 1.13 for
     two draws), i.e. only C ≈ 1; for the digits it is ≈ 10². Jit/vmap-able.
     """
-    X = jnp.asarray(X)
-    if X.ndim != 2 or X.shape[0] < 2:
+    X = _checks.finite(_checks.real_array(X, "X", ndim=2), "X")
+    if X.shape[0] < 2:
         raise ValueError(f"X must have shape (n, d) with n >= 2; got {tuple(X.shape)}.")
     gram = X @ X.T
     n = X.shape[0]
@@ -86,6 +86,20 @@ def binary_task(
     import numpy as np
 
     images, labels = np.asarray(images), np.asarray(labels)
+    if images.dtype.kind not in "biuf" or images.ndim < 2 or images.shape[0] == 0:
+        raise ValueError(f"images must be a non-empty real array of shape (N, ...); got dtype "
+                         f"{images.dtype} and shape {images.shape}.")
+    if images.dtype.kind == "f" and not np.all(np.isfinite(images)):
+        raise ValueError("images contains non-finite values (nan or inf).")
+    if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
+        raise ValueError(f"labels must have shape (N,) with N = {images.shape[0]} images; got "
+                         f"{labels.shape}.")
+    scale = float(_checks.real_scalar(scale, "scale", positive=True))
+    for name, v in dict(n_test=n_test, seed=seed).items():
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0; got {v!r}.")
+    if n is not None:
+        _checks.width(n, "n")
     positive, negative = np.atleast_1d(positive), np.atleast_1d(negative)
     if np.intersect1d(positive, negative).size:
         raise ValueError("positive and negative classes overlap.")

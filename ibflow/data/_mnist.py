@@ -1,11 +1,10 @@
 """MNIST from local IDX files (LeCun's format); nothing is downloaded."""
 
-import gzip
 from pathlib import Path
 
 import numpy as np
 
-from ._files import missing_error, verify
+from ._files import GZIP_MAGIC, DataFileError, gunzip, missing_error, verify
 
 #: md5 of the official gzipped files (as published with the data set and used by torchvision).
 MNIST_MD5 = {
@@ -23,21 +22,33 @@ def read_idx(path: str | Path) -> np.ndarray:
     """Read one IDX file (optionally gzipped, detected by its magic bytes).
 
     Format: two zero bytes, a type code (0x08 = uint8, …), the number of dimensions k, then k
-    big-endian int32 sizes and the data in C order. Raises ``ValueError`` on a malformed file."""
+    big-endian int32 sizes and the data in C order. Raises `DataFileError` (a ``ValueError``)
+    naming the file when it is a truncated or fake gzip, has a wrong magic number, or is
+    truncated; ``FileNotFoundError`` when it does not exist."""
     path = Path(path)
     raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+    if raw[:2] == GZIP_MAGIC:
+        raw = gunzip(raw, path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _DTYPES:
-        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()}).")
+        raise DataFileError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()!r}; "
+                            "expected 0000 then a type code 08, 09, 0b, 0c, 0d or 0e).")
     ndim = raw[3]
     header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataFileError(f"{path} is a truncated IDX file: its header announces {ndim} "
+                            f"dimensions ({header} header bytes) but the file has {len(raw)} "
+                            "bytes.")
     shape = tuple(int(v) for v in np.frombuffer(raw[4:header], dtype=">i4"))
+    if any(v < 0 for v in shape):
+        raise DataFileError(f"{path}: the IDX header gives a negative size {shape}.")
     dtype = np.dtype(_DTYPES[raw[2]])
     count = int(np.prod(shape)) if shape else 1
     if len(raw) - header != count * dtype.itemsize:
-        raise ValueError(f"{path}: header says shape {shape} ({count * dtype.itemsize} bytes) "
-                         f"but the file holds {len(raw) - header} bytes of data.")
+        kind = "truncated" if len(raw) - header < count * dtype.itemsize else "too long"
+        raise DataFileError(
+            f"{path} is {kind}: its IDX header says shape {shape} "
+            f"({count * dtype.itemsize} bytes) but the file holds {len(raw) - header} bytes of "
+            "data.")
     return np.frombuffer(raw, dtype=dtype, offset=header, count=count).reshape(shape)
 
 
@@ -49,10 +60,11 @@ def load_mnist(
     the folder `root`, holding ``train-images-idx3-ubyte[.gz]``, ``train-labels-idx1-ubyte[.gz]``,
     ``t10k-images-idx3-ubyte[.gz]``, ``t10k-labels-idx1-ubyte[.gz]`` (gzipped or not).
 
-    **Checksums.** Each file is checked against, in order: ``checksums[file name]`` (md5 or sha256
-    hex digest, given by you), a sidecar ``<file>.sha256``/``<file>.md5``, and for the four
-    official ``.gz`` files the published md5 (`MNIST_MD5`). Uncompressed files with neither a
-    user nor a sidecar checksum are read unchecked (their digests are not published).
+    **Checksums.** Each file is checked against ``checksums[file name]`` (md5 or sha256 hex
+    digest, given by you) or, for the four official ``.gz`` files, the published md5
+    (`MNIST_MD5`). Nothing found next to the data (e.g. a sidecar ``.md5``) is trusted.
+    Uncompressed files without a user checksum are read unchecked (their digests are not
+    published); they are parsed with numpy, never executed.
     ``verify_checksums=False`` skips all checks. A missing file raises ``FileNotFoundError`` naming
     `root` and the expected files.
     """
@@ -70,6 +82,6 @@ def load_mnist(
         arrays.append(read_idx(path))
     images, labels = arrays
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise ValueError(f"MNIST under {root}: images {images.shape} and labels {labels.shape} "
+        raise DataFileError(f"MNIST under {root}: images {images.shape} and labels {labels.shape} "
                          "do not match (expected (N, rows, cols) and (N,)).")
     return images, labels

@@ -38,8 +38,7 @@ def sparse_regression(
         _checks.width(v, name)
     if k > d:
         raise ValueError(f"sparsity k={k} exceeds the dimension d={d}.")
-    if not noise >= 0:
-        raise ValueError(f"noise (a standard deviation) must be >= 0; got {noise}.")
+    noise = _checks.real_scalar(noise, "noise (a standard deviation)", nonnegative=True)
     kx, ks, ke, kt = jax.random.split(key, 4)
     support = jax.random.choice(ks, d, (k,), replace=False)
     w_star = jnp.zeros(d).at[support].set(1.0 / jnp.sqrt(k))

@@ -4,6 +4,7 @@
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ... import _checks
 from .base import AbstractLegendreRegularizer
 
 
@@ -40,6 +41,9 @@ class WeightedL2Norm(AbstractLegendreRegularizer):
     def __check_init__(self):
         if jnp.ndim(self.weights) != 1 or jnp.shape(self.center) != jnp.shape(self.weights):
             raise ValueError("WeightedL2Norm needs weights and center of one shape (d,).")
+        if not _checks.is_traced(self.weights):
+            _checks.positive_finite(self.weights, "WeightedL2Norm weights")
+            _checks.finite(self.center, "WeightedL2Norm center")
 
     def value(self, w):
         return 0.5 * jnp.sum(self.weights * (w - self.center) ** 2)

@@ -1,4 +1,7 @@
-"""Measurements behind the issue-8 claims (run: ``python -m ibflow._differentiable._benchmark``).
+"""Measurements behind the issue-8 claims (differentiable limit points)::
+
+    python -m benchmarks.differentiable [implicit] [memory] [--quick]
+
 
 1. Cost of the implicit gradient against one minimizer solve (diagonal net, THEORY §2.8 data).
 2. Memory of the through-the-solve gradient vs the number of checkpoints on a long plateau
@@ -59,13 +62,13 @@ def checkpoint_memory(n=10, d=100, alpha=1e-5, checkpoints=(4, 16, 64, 256, None
                                          n_test=200)
     shape = jnp.zeros(d)
     model = ibflow.DiagonalNet.from_scale_shape(alpha, shape)
-    sol = ibflow.integrate(model, data.X, data.y, method="parameters", max_steps=max_steps)
+    sol = ibflow.integrate(model, data.X, data.y, formulation=ibflow.ParameterSpace(), max_steps=max_steps)
     rows = []
     for c in checkpoints + (max_steps,):
         def f(s, c=c):
             m = ibflow.DiagonalNet.from_scale_shape(alpha, s)
             w = ibflow.limit_point(m, data.X, data.y, route="solve", checkpoints=c,
-                                   method="parameters", max_steps=max_steps).predictor
+                                   formulation=ibflow.ParameterSpace(), max_steps=max_steps).predictor
             return data.test_error(w)
 
         compiled = jax.jit(jax.grad(f)).lower(shape).compile()
@@ -77,15 +80,21 @@ def checkpoint_memory(n=10, d=100, alpha=1e-5, checkpoints=(4, 16, 64, 256, None
         rows.append(row)
         print(row, flush=True)
     forward = jax.jit(lambda s: ibflow.integrate(ibflow.DiagonalNet.from_scale_shape(alpha, s),
-                                                 data.X, data.y, method="parameters",
+                                                 data.X, data.y, formulation=ibflow.ParameterSpace(),
                                                  max_steps=max_steps).predictor)
     return {"n": n, "d": d, "alpha": alpha, "state_size": 4 * d, "steps": int(sol.steps),
             "forward_solve_s": _median_time(forward, shape, repeats=3), "rows": rows}
 
 
-if __name__ == "__main__":
-    which = sys.argv[1:] or ["implicit", "memory"]
+def main(argv: list[str]) -> None:
+    quick = "--quick" in argv  # tiny sizes: checks that the benchmark runs, not what it measures
+    which = [a for a in argv if a != "--quick"] or ["implicit", "memory"]
     if "implicit" in which:
-        print(implicit_cost(), flush=True)
+        print(implicit_cost(**({"n": 10, "d": 40} if quick else {})), flush=True)
     if "memory" in which:
-        print(checkpoint_memory(), flush=True)
+        print(checkpoint_memory(**({"d": 20, "alpha": 0.1, "checkpoints": (4,), "max_steps": 4000}
+                                   if quick else {})), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

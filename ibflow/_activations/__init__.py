@@ -1,0 +1,1 @@
+"""Activations for `TwoLayerNet`: small strategy Modules, one file per family member."""

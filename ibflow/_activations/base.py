@@ -1,0 +1,33 @@
+"""Abstract activations."""
+
+import abc
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+
+class AbstractActivation(eqx.Module):
+    """A scalar function σ applied entry-wise; array fields (slopes) are sweepable leaves."""
+
+    #: Whether σ(cz) = c σ(z) for c > 0 (then gradient flow conserves aⱼ² − ‖wⱼ‖² − bⱼ²).
+    positively_homogeneous: eqx.AbstractClassVar[bool]
+
+    @abc.abstractmethod
+    def __call__(self, z: Float[Array, "*s"]) -> Float[Array, "*s"]: ...
+
+
+class AbstractPiecewiseLinearActivation(AbstractActivation):
+    """``σ(z) = right·z`` for z ≥ 0 and ``left·z`` for z < 0: positively homogeneous, with a kink
+    at 0 where the Filippov derivative σ′(0) ranges over ``[min, max](left, right)``
+    (THEORY §8.2)."""
+
+    positively_homogeneous = True
+
+    @abc.abstractmethod
+    def slopes(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """``(left, right)``: σ′ on z < 0 and on z > 0."""
+
+    def __call__(self, z):
+        left, right = self.slopes()
+        return jnp.where(z >= 0, right * z, left * z)

@@ -1,0 +1,50 @@
+"""Abstract dynamics: what the engine (``ibflow._engine.solve``) integrates."""
+
+import abc
+
+import equinox as eqx
+from jaxtyping import Array, Float, PyTree
+
+from .._tail.jacobian import AbstractTailJacobian
+
+
+class AbstractDynamics(eqx.Module):
+    """An ODE ``d state/dc = vector_field(c, state, args)`` in a clock c, with the map back to a
+    model and the loss that decides convergence.
+
+    The state is a PyTree of float arrays. ``args`` carries discrete modes (e.g. activation
+    patterns of kinked models) and is None for smooth dynamics. Concrete dynamics: the generic
+    one in parameter space (`ParameterDynamics`) and the closed-form reductions that models
+    offer (`DiagonalReducedDynamics`, the classifier's span coordinates).
+    """
+
+    @abc.abstractmethod
+    def initial_state(self) -> PyTree[Array]:
+        """The state at c = 0."""
+
+    @abc.abstractmethod
+    def vector_field(self, c, state, args) -> PyTree[Array]:
+        """``d state / dc``."""
+
+    @abc.abstractmethod
+    def model(self, state) -> eqx.Module:
+        """The model at ``state``."""
+
+    @abc.abstractmethod
+    def loss(self, state) -> Float[Array, ""]:
+        """The training loss at ``state``."""
+
+    @abc.abstractmethod
+    def data_loss(self, model) -> Float[Array, ""]:
+        """The loss of a model on the dynamics' data: the engine's final, independent check of
+        the model it returns (a reduction's own loss may use another, better-conditioned form)."""
+
+    @abc.abstractmethod
+    def time(self, c, state) -> Float[Array, ""]:
+        """The real gradient-flow time at clock ``c`` (``c`` itself for unwarped flows)."""
+
+    @abc.abstractmethod
+    def linearization(self, c, state, args) -> AbstractTailJacobian | None:
+        """The vector field's Jacobian at ``state`` in a structured form for the implicit tail
+        (dense n × n, or low rank ``−U V`` with V = ∂outputs/∂θ, THEORY §8.1), or None when the
+        dynamics offers none (the tail then differentiates the vector field itself)."""

@@ -1,0 +1,89 @@
+"""The generic dynamics: a flow on the trainable leaves of any Equinox module."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._flows.base import AbstractFlow
+from .._losses import AbstractLoss
+from .._tail.jacobian import LowRankJacobian
+from .base import AbstractDynamics
+
+
+class ParameterDynamics(AbstractDynamics):
+    """``dθ/dc = −speed·P⊙∇L(θ)`` on the inexact-array leaves θ of ``initial`` (any
+    ``eqx.Module`` whose ``__call__(x)`` returns a scalar), with the real time ``t`` as a second
+    state entry when the flow is time-warped.
+
+    Its tail linearization is the generalized Gauss–Newton form of THEORY §8.1,
+    ``F' ≈ −speed · P · Jᵀ H J`` with J the n × p Jacobian of the outputs and H the (diagonal of
+    the) loss's Hessian in the outputs (``1/n`` for the square loss): exact up to terms that vanish
+    with the residuals, and handed to the tail as a low-rank `LowRankJacobian` (O(n·p) memory).
+    """
+
+    initial: eqx.Module
+    X: Float[Array, "n d"]
+    y: Float[Array, " n"]
+    flow: AbstractFlow
+    loss_fn: AbstractLoss
+
+    def _static(self):
+        return eqx.filter(self.initial, eqx.is_inexact_array, inverse=True)
+
+    def data_loss(self, model):
+        return self.loss_fn(jax.vmap(model)(self.X), self.y)
+
+    def initial_state(self):
+        state = {"theta": eqx.filter(self.initial, eqx.is_inexact_array)}
+        if self.flow.time_warped:
+            state["t"] = jnp.zeros((), dtype=self.X.dtype)
+        return state
+
+    def model(self, state):
+        return eqx.combine(state["theta"], self._static())
+
+    def loss(self, state):
+        return self.data_loss(self.model(state))
+
+    def time(self, c, state):
+        return state["t"] if self.flow.time_warped else c
+
+    def _speed_and_preconditioner(self, model, grad, value):
+        return (self.flow.speed(model, self.initial, grad, value),
+                self.flow.preconditioner(model, self.initial))
+
+    def vector_field(self, c, state, args):
+        model = self.model(state)
+        value, grad = eqx.filter_value_and_grad(self.data_loss)(model)
+        speed, pre = self._speed_and_preconditioner(model, grad, value)
+        if pre is None:
+            velocity = jax.tree_util.tree_map(lambda g: -speed * g, grad)
+        else:
+            velocity = jax.tree_util.tree_map(lambda g, p: -speed * p * g, grad, pre)
+        out = {"theta": velocity}
+        if self.flow.time_warped:
+            out["t"] = speed
+        return out
+
+    def linearization(self, c, state, args):
+        model = self.model(state)
+        outputs = jax.vmap(model)(self.X)
+        # Diagonal of the loss's Hessian in the outputs (1/n for the square loss).
+        h = jnp.diag(jax.hessian(self.loss_fn)(outputs, self.y))
+        jac = jax.vmap(lambda x: eqx.filter_grad(lambda m: m(x))(model))(self.X)
+        jac = eqx.filter(jac, eqx.is_inexact_array)
+        value, grad = eqx.filter_value_and_grad(self.data_loss)(model)
+        speed, pre = self._speed_and_preconditioner(model, grad, value)
+
+        def u_leaf(j, p=None):
+            weight = (speed * h).reshape((-1,) + (1,) * (j.ndim - 1))
+            return weight * j if p is None else weight * p[None] * j
+
+        u = (jax.tree_util.tree_map(u_leaf, jac) if pre is None
+             else jax.tree_util.tree_map(u_leaf, jac, pre))
+        U, V = {"theta": u}, {"theta": jac}
+        if self.flow.time_warped:
+            zeros = jnp.zeros(self.X.shape[0], dtype=self.X.dtype)
+            U["t"], V["t"] = zeros, zeros
+        return LowRankJacobian(U=U, V=V)

@@ -1,0 +1,167 @@
+"""The one engine: every ODE ibflow solves (regression, mirror and warped flows, classification
+clocks, sweep members, solve-route gradients) goes through `solve`.
+
+A solve runs up to two phases, each one Diffrax ``diffeqsolve`` stopped by the event
+``loss ≤ stop`` (never at a guessed horizon): an explicit solver until the loss falls below
+``stiff_switch · loss_scale``, then the implicit tail solver to the target (THEORY §8.1). The
+tail's stage equations use the dynamics' structured Jacobian (`StructuredChord`): dense closed
+form for reductions, low rank by Woodbury in parameter space, so no p × p matrix is formed. One
+step budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
+"""
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ._dynamics.base import AbstractDynamics
+from ._progress import LossProgress
+from ._solution import Solution, Trajectory, observation, with_predictor
+from ._status import Status, status_from_diffrax
+from ._tail.budget import BudgetController
+from ._tail.chord import StructuredChord
+
+
+class SolveOptions(eqx.Module):
+    """Validated options of one solve (see `ibflow.integrate` for their meaning). Floats are
+    array leaves (traced: sweeping them never recompiles); the rest is static."""
+
+    rtol: Float[Array, ""]
+    atol: Float[Array, ""]
+    target_loss: Float[Array, ""]
+    stiff_switch: Float[Array, ""]
+    loss_scale: Float[Array, ""]
+    t_max: Float[Array, ""]
+    dt0: Float[Array, ""] | None
+    save_at: Float[Array, " T"] | None
+    solver: dfx.AbstractAdaptiveSolver
+    stiff_solver: dfx.AbstractAdaptiveSolver | None
+    adjoint: dfx.AbstractAdjoint
+    max_steps: int = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
+    progress: bool = eqx.field(static=True)
+
+
+class _Phase(eqx.Module):
+    state: object
+    clock: Array
+    steps: Array
+    accepted: Array
+    result: dfx.RESULTS
+    saved: object
+
+
+def _with_structured_root_finder(solver, dynamics, options):
+    """The tail solver with its root finder replaced by `StructuredChord` when the solver is an
+    implicit Runge–Kutta method (it has a ``root_finder``) and the dynamics has a structure."""
+    root_finder = getattr(solver, "root_finder", None)
+    if not isinstance(root_finder, dfx.VeryChord):
+        return solver
+    structure = jax.eval_shape(lambda: dynamics.linearization(
+        jnp.zeros(()), dynamics.initial_state(), None))
+    if structure is None:  # no structure offered: Diffrax differentiates the stage function
+        return solver
+    chord = StructuredChord(dynamics=dynamics, rtol=options.rtol, atol=options.atol)
+    return eqx.tree_at(lambda s: s.root_finder, solver, chord)
+
+
+def _observe(dynamics):
+    def observe(c, state, args):
+        model = dynamics.model(state)
+        return dynamics.time(c, state), dynamics.loss(state), model, *observation(model)
+
+    return observe
+
+
+def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True):
+    """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite).
+    Where ``run`` is false the solve is empty (t1 = t0: no step is taken)."""
+
+    def stop(c, y, args, **kwargs):
+        value = dynamics.loss(y)
+        if progress is not None:
+            progress.update(value)
+        return (value <= stop_at) | ~jnp.isfinite(value)
+
+    t1 = jnp.where(run, options.t_max, c0)
+    subs = [dfx.SubSaveAt(t1=True)]
+    if options.save_at is not None:
+        # Times before this phase's start belong to an earlier phase (see _merge_saved).
+        subs.append(dfx.SubSaveAt(ts=jnp.clip(options.save_at, c0, t1),
+                                  fn=_observe(dynamics)))
+    controller = BudgetController(dfx.PIDController(rtol=options.rtol, atol=options.atol),
+                                  budget)
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(dynamics.vector_field), solver, t0=c0, t1=t1,
+        dt0=options.dt0, y0=state, stepsize_controller=controller, event=dfx.Event(stop),
+        saveat=dfx.SaveAt(subs=subs), max_steps=options.max_steps, throw=False,
+        adjoint=options.adjoint)
+    last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
+    return _Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
+                  accepted=sol.stats["num_accepted_steps"], result=sol.result,
+                  saved=sol.ys[1] if options.save_at is not None else None)
+
+
+def _merge_saved(save_at, first, second, c_switch):
+    """Saved values of two phases: save times before the switch come from the first."""
+    before = save_at < c_switch
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(before.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), first, second)
+
+
+def _status(result, final_loss, target_loss):
+    """The status from the last phase's Diffrax result and the *returned model's* loss:
+    converged if and only if that loss is ≤ the target."""
+    status = status_from_diffrax(result, final_loss)
+    status = Status.where(result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
+    reached = jnp.isfinite(final_loss) & (final_loss <= target_loss)
+    not_reached = Status.where(status == Status.converged, Status.budget_exhausted, status)
+    return Status.where(reached, Status.converged, not_reached)
+
+
+@eqx.filter_jit
+@eqx.debug.assert_max_traces(max_traces=None)  # counted by tests: one trace per configuration
+def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
+    """Integrate `dynamics` from its initial state until its loss reaches
+    ``options.target_loss``; returns the one `Solution` type."""
+    progress = LossProgress.start(dynamics.loss(dynamics.initial_state()),
+                                  options.target_loss) if options.progress else None
+    tail = options.stiff_solver
+    first_stop = options.target_loss if tail is None else jnp.maximum(
+        options.target_loss, options.stiff_switch * options.loss_scale)
+    budget = jnp.asarray(options.max_steps)
+    phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
+                   stop_at=first_stop, budget=budget, options=options, progress=progress)
+    steps, accepted, result, saved = phase.steps, phase.accepted, phase.result, phase.saved
+    if tail is not None:
+        first = phase
+        phase = _phase(dynamics, _with_structured_root_finder(tail, dynamics, options),
+                       first.state, first.clock, stop_at=options.target_loss,
+                       budget=budget - first.steps, options=options, progress=progress,
+                       run=first.result == dfx.RESULTS.event_occurred)
+        steps, accepted = steps + phase.steps, accepted + phase.accepted
+        # A first phase that failed, stalled or ran out of budget decides the outcome.
+        result = dfx.RESULTS.where(first.result == dfx.RESULTS.event_occurred, phase.result,
+                                   first.result)
+        if saved is not None:
+            saved = _merge_saved(options.save_at, first.saved, phase.saved, first.clock)
+    if progress is not None:
+        progress.close()
+    model = dynamics.model(phase.state)
+    loss = dynamics.data_loss(model)
+    trajectory = None
+    if saved is not None:
+        time_t, loss_t, models_t, predictor_t, invariants_t = saved
+        trajectory = Trajectory(ts=options.save_at, time=time_t, loss=loss_t, models=models_t,
+                                predictor=predictor_t, invariants=invariants_t)
+    out = Solution(model=model, loss=loss, time=dynamics.time(phase.clock, phase.state),
+                   clock=phase.clock, steps=steps, accepted_steps=accepted,
+                   status=_status(result, loss, options.target_loss),
+                   target_loss=options.target_loss, trajectory=trajectory)
+    out = with_predictor(out)
+    if options.throw:
+        out = eqx.error_if(out, out.status != Status.converged,
+                           "the flow did not converge (see Solution.status; pass throw=False to "
+                           "get the Solution anyway).")
+    return out

@@ -1,0 +1,32 @@
+"""Dynamics whose vector field switches between smooth pieces (THEORY §8.2)."""
+
+import abc
+
+from jaxtyping import Array, Float, PyTree
+
+from .._dynamics import AbstractDynamics
+from .mode import KinkCounters, Mode
+
+
+class AbstractSwitchingDynamics(AbstractDynamics):
+    """A dynamics whose field is smooth for a fixed discrete *mode* and switches on surfaces.
+
+    The ODE state stays a pytree of float arrays; the mode (activation pattern, sliding set)
+    travels in ``diffeqsolve``'s ``args``, so `vector_field(t, state, mode)` is smooth within a
+    segment and the adaptive solver never sees the kink. `solve_segments` integrates segment
+    by segment: each segment stops at the first root of `event_function`, located by a root
+    finder, and `transition` chooses the next mode there.
+    """
+
+    @abc.abstractmethod
+    def initial_mode(self, state: PyTree[Array]) -> Mode:
+        """The mode at the initial state."""
+
+    @abc.abstractmethod
+    def event_function(self, t, state: PyTree[Array], mode: Mode) -> Float[Array, ""]:
+        """Continuous in ``(t, state)``, positive at the segment's start and crossing 0
+        (downwards) at the first switch of ``mode``."""
+
+    @abc.abstractmethod
+    def transition(self, t, state: PyTree[Array], mode: Mode) -> tuple[Mode, KinkCounters]:
+        """The mode after the event at ``(t, state)`` and the counts of what happened."""

@@ -1,0 +1,177 @@
+"""Parameter-space flow of a piecewise-linear model with event-located activation switches and
+Filippov sliding (THEORY §8.2)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from .._flows.base import AbstractFlow
+from .._losses import AbstractLoss
+from .._models.piecewise_linear import AbstractPiecewiseLinearModel
+from .base import AbstractSwitchingDynamics
+from .equivalent_control import equivalent_control
+from .mode import KinkCounters, Mode
+
+#: A sliding multiplier that lies outside ``[lo, hi]`` by more than this fraction of
+#: ``hi − lo`` leaves the sliding set at a transition.
+_BOX_TOLERANCE = 1e-12
+
+
+class PiecewiseLinearDynamics(AbstractSwitchingDynamics):
+    """``dθ/dt = flow.velocity(θ, θ₀, ∇_θ L(θ; σ'), L)`` with the slopes ``σ'`` of every
+    (example, neuron) pair fixed by the mode: ``hi``/``lo`` by side, and on sliding pairs the
+    equivalent-control multipliers ``λ ∈ [lo, hi]`` that keep ``z = 0`` (THEORY §8.2).
+
+    Works for any flow whose velocity keeps neurons separable (gradient, diagonal mirror,
+    positive scalar warp): the field stays affine in ``σ'(0)``, and a warp rescales the
+    one-sided fields without changing which side they point to.
+
+    **Fields:** `initial` (the model at t = 0), `X` (n, d), `y` (n,), `flow`, `loss_fn`,
+    `max_sliding_rows` (static: at most this many examples may slide at once; more is reported
+    as degenerate sliding).
+    """
+
+    initial: AbstractPiecewiseLinearModel
+    X: Float[Array, "n d"]
+    y: Float[Array, " n"]
+    flow: AbstractFlow
+    loss_fn: AbstractLoss
+    max_sliding_rows: int = eqx.field(static=True)
+
+    # --- the smooth pieces ---------------------------------------------------------------
+    def initial_state(self):
+        return eqx.filter(self.initial, eqx.is_inexact_array)
+
+    def model(self, state):
+        return eqx.combine(state, eqx.filter(self.initial, eqx.is_inexact_array, inverse=True))
+
+    def loss(self, state):
+        return self.loss_fn(jax.vmap(self.model(state))(self.X), self.y)
+
+    def data_loss(self, model):
+        return self.loss_fn(jax.vmap(model)(self.X), self.y)
+
+    def time(self, c, state):
+        # The segment loop integrates in the flow's clock (real time for unwarped flows).
+        return c
+
+    def linearization(self, c, state, args):
+        return None
+
+    def preactivations(self, state) -> Float[Array, "n m"]:
+        return jax.vmap(self.model(state).preactivations)(self.X)
+
+    def _bounds(self):
+        lo, hi = self.initial.slope_bounds()
+        return jnp.asarray(lo, dtype=float), jnp.asarray(hi, dtype=float)
+
+    def _velocity(self, state, slopes):
+        def loss(model):
+            return self.loss_fn(jax.vmap(model.output_with_slopes)(self.X, slopes), self.y)
+
+        model = self.model(state)
+        value, grad = eqx.filter_value_and_grad(loss)(model)
+        return self.flow.velocity(model, self.initial, grad, value)
+
+    def _zdot(self, state, slopes):
+        velocity = self._velocity(state, slopes)
+        return jax.jvp(self.preactivations, (state,), (velocity,))[1]
+
+    def slopes(self, state, positive: Bool[Array, "n m"], sliding: Bool[Array, "n m"]
+               ) -> tuple[Float[Array, "n m"], Bool[Array, ""], Float[Array, "n m"]]:
+        """The slopes of every pair in this mode, whether the sliding system is regular, and
+        the effective stiffness of each sliding pair (see `equivalent_control`)."""
+        lo, hi = self._bounds()
+        base = jnp.where(sliding, 0.5 * (lo + hi), jnp.where(positive, hi, lo))
+
+        def slide():
+            return equivalent_control(lambda s: self._zdot(state, s), base, sliding, hi - lo,
+                                      self.max_sliding_rows)
+
+        return jax.lax.cond(jnp.any(sliding), slide,
+                            lambda: (base, jnp.array(True), jnp.zeros_like(base)))
+
+    def vector_field(self, t, state, args: Mode):
+        slopes, ok, _ = self.slopes(state, args.positive, args.sliding)
+        # A singular multiplier system is caught by the event function (value −1), which ends
+        # the segment; until then keep the field finite.
+        lo, hi = self._bounds()
+        slopes = jnp.where(ok, slopes, jnp.where(args.positive, hi, lo))
+        return self._velocity(state, slopes)
+
+    # --- switching -------------------------------------------------------------------------
+    def _pair_values(self, state, positive, sliding):
+        """Per pair: ``±z`` (positive on its side) or, if sliding, the distance of its
+        multiplier to the nearer bound in units of ``hi − lo``; and the regularity flag."""
+        lo, hi = self._bounds()
+        z = self.preactivations(state)
+        slopes, ok, _ = self.slopes(state, positive, sliding)
+        margin = jnp.minimum(slopes - lo, hi - slopes) / (hi - lo)
+        return jnp.where(sliding, margin, jnp.where(positive, z, -z)), slopes, ok
+
+    def initial_mode(self, state) -> Mode:
+        z = self.preactivations(state)
+        positive = z >= 0
+        sliding = jnp.zeros_like(positive)
+        return self._with_offsets(state, positive, sliding)
+
+    def _with_offsets(self, state, positive, sliding) -> Mode:
+        values, _, _ = self._pair_values(state, positive, sliding)
+        offset = 2 * jnp.minimum(values, 0.0) - jnp.finfo(values.dtype).tiny
+        return Mode(positive=positive, sliding=sliding, offset=offset)
+
+    def event_function(self, t, state, mode: Mode):
+        values, _, ok = self._pair_values(state, mode.positive, mode.sliding)
+        return jnp.where(ok, jnp.min(values - mode.offset), -1.0)
+
+    def transition(self, t, state, mode: Mode) -> tuple[Mode, KinkCounters]:
+        """Handle the pair whose event value reached 0 first.
+
+        A free pair at ``z = 0`` joins the sliding set tentatively; a sliding pair whose
+        multiplier reached a bound leaves on that bound's side. Then the multipliers are
+        re-solved and, one at a time, the sliding pair furthest outside ``[lo, hi]`` leaves on
+        the side its multiplier points to (``λ > hi``: the field with slope hi still pushes
+        ``z`` up, so the flow continues on ``z > 0``), until every multiplier is in the box.
+        A free pair that leaves this way at once crossed (or touched tangentially); one that
+        stays slides (Filippov: the one-sided fields point into the surface from both sides).
+        """
+        lo, hi = self._bounds()
+        values, slopes, ok0 = self._pair_values(state, mode.positive, mode.sliding)
+        p = jnp.unravel_index(jnp.argmin(values - mode.offset), values.shape)
+        was_sliding = mode.sliding[p]
+        leaves_up = (slopes[p] - lo) > (hi - slopes[p])
+        sliding = mode.sliding.at[p].set(~was_sliding)
+        positive = mode.positive.at[p].set(jnp.where(was_sliding, leaves_up, mode.positive[p]))
+
+        def violation(lam, stiffness, sliding):
+            # A repelling slide (stiffness ≥ 0) goes first; then the multiplier furthest out.
+            outside = jnp.maximum(lo - lam, lam - hi) / (hi - lo)
+            return jnp.where(sliding, jnp.where(stiffness < 0, outside, jnp.inf), -jnp.inf)
+
+        def cond(carry):
+            sliding, positive, lam, ok, stiffness, it = carry
+            return ok & (jnp.max(violation(lam, stiffness, sliding)) > _BOX_TOLERANCE) & (
+                it <= values.size)
+
+        def body(carry):
+            sliding, positive, lam, ok, stiffness, it = carry
+            v = violation(lam, stiffness, sliding)
+            q = jnp.unravel_index(jnp.argmax(v), v.shape)
+            # The side the flow leaves to is where ż = stiffness·(bound − λ) points; a
+            # repelling pair with λ inside the box keeps the side it arrived from.
+            up = jnp.where(stiffness[q] < 0, lam[q] > hi,
+                           jnp.where(lam[q] < lo, True,
+                                     jnp.where(lam[q] > hi, False, positive[q])))
+            sliding = sliding.at[q].set(False)
+            positive = positive.at[q].set(up)
+            lam, ok, stiffness = self.slopes(state, positive, sliding)
+            return sliding, positive, lam, ok, stiffness, it + 1
+
+        lam, ok, stiffness = self.slopes(state, positive, sliding)
+        sliding, positive, lam, ok, _, _ = jax.lax.while_loop(
+            cond, body, (sliding, positive, lam, ok, stiffness, jnp.array(0)))
+        counters = KinkCounters(
+            switches=jnp.array(1), slides=jnp.sum(sliding & ~mode.sliding),
+            exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0))
+        return self._with_offsets(state, positive, sliding), counters

@@ -1,0 +1,57 @@
+"""The discrete state of a kinked flow and the counts reported about it."""
+
+import equinox as eqx
+from jaxtyping import Array, Bool, Float, Int
+
+
+class Mode(eqx.Module):
+    """Activation mode of every (example i, neuron j) pair, shape (n, m).
+
+    **Fields:**
+    - `positive`: the pair's side: True for ``z > 0`` (slope ``hi``), False for ``z < 0``.
+      Meaningless while sliding.
+    - `sliding`: the pair is pinned at ``z = 0`` with an equivalent-control slope
+      ``λ ∈ [lo, hi]`` (Filippov sliding, THEORY §8.2).
+    - `offset`: subtracted from each pair's event value so that every value starts the segment
+      positive (a pair that has just crossed sits at ``|z| ≈ root-finder accuracy`` on either
+      side of 0; it must not trigger again, nor mask a later switch of another pair).
+    """
+
+    positive: Bool[Array, "n m"]
+    sliding: Bool[Array, "n m"]
+    offset: Float[Array, "n m"]
+
+
+class KinkCounters(eqx.Module):
+    """What one transition did (all zero or one), or running totals over a solve.
+
+    **Fields:**
+    - `switches`: events processed (crossings, slide entries and exits, tangential touches).
+    - `slides`: slide entries. `exits`: slide exits.
+    - `degenerate`: the equivalent-control system was singular or had more sliding rows
+      than the solver handles.
+    """
+
+    switches: Int[Array, ""]
+    slides: Int[Array, ""]
+    exits: Int[Array, ""]
+    degenerate: Bool[Array, ""]
+
+
+class KinkReport(eqx.Module):
+    """Per-solution report of a kinked flow (THEORY §8.2).
+
+    **Fields:**
+    - `switches`: number of switching events located (crossings, slide entries and exits).
+    - `slides`: number of slide entries; `exits`: number of slide exits.
+    - `sliding_time`: total flow time during which at least one pair was sliding.
+    - `pattern`: the final activation pattern (n, m), True where ``z > 0``.
+    - `sliding`: the final sliding set (n, m).
+    """
+
+    switches: Int[Array, ""]
+    slides: Int[Array, ""]
+    exits: Int[Array, ""]
+    sliding_time: Float[Array, ""]
+    pattern: Bool[Array, "n m"]
+    sliding: Bool[Array, "n m"]

@@ -1,0 +1,38 @@
+"""Capability of models whose activation is piecewise linear with one kink at 0 (THEORY §8.2)."""
+
+import abc
+
+from jaxtyping import Array, Float
+
+from .base import AbstractModel
+
+
+class AbstractPiecewiseLinearModel(AbstractModel):
+    r"""A model ``f(x) = Σⱼ cⱼ(θ) σ(zⱼ(θ, x)) + (terms without σ)`` with
+    ``σ(z) = σ'(z)·z`` piecewise linear, ``σ'(z) = hi`` for ``z > 0`` and ``lo`` for ``z < 0``
+    (leaky ReLU ``[γ, 1]``, ReLU ``[0, 1]``, ``|·|`` ``[−1, 1]``).
+
+    Because ``σ(0) = 0`` the outputs do not depend on the slope chosen at a kink, while the
+    parameter gradient is affine in it: this is what lets a Filippov flow choose
+    ``σ'(0) = λ ∈ [lo, hi]`` per (example, neuron) pair (THEORY §8.2).
+
+    The kink solver (``ibflow._kinks``) additionally assumes that the velocity of neuron k's
+    pre-activations depends only on neuron k's slopes (true for two-layer networks under
+    gradient, diagonal mirror and scalar-warped flows, THEORY §8.2), so the equivalent-control
+    system splits per neuron.
+    """
+
+    @abc.abstractmethod
+    def preactivations(self, x: Float[Array, " d"]) -> Float[Array, " m"]:
+        """``zⱼ(θ, x)`` for every neuron j on one example."""
+
+    @abc.abstractmethod
+    def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
+                           ) -> Float[Array, ""]:
+        """The output on one example with ``σ(zⱼ)`` replaced by ``slopesⱼ·zⱼ``, slopes held
+        fixed. With ``slopes = σ'(z)`` it equals ``self(x)`` and its parameter gradient is
+        the gradient of the model with the given one-sided slopes."""
+
+    @abc.abstractmethod
+    def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """``(lo, hi)``: ``σ'`` on ``z < 0`` and on ``z > 0`` (untrained, no gradient)."""

@@ -1,0 +1,56 @@
+"""Member-ordering strategies of a sweep (lockstep-waste reduction).
+
+In a vmapped adaptive solve every member of a batch pays for the slowest one's steps, so
+grouping members of similar cost into the same chunk saves work.
+"""
+
+import abc
+import warnings
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .._models.cost import AbstractCostEstimate
+
+
+class AbstractOrder(eqx.Module):
+    """Decides the order in which a sweep's members are chunked."""
+
+    @abc.abstractmethod
+    def __call__(self, build: Callable, params: dict[str, np.ndarray],
+                 size: int) -> Int[np.ndarray, " m"]:
+        """A permutation of the ``m = size`` members, given `build` and the members' `build`
+        arguments (one flat array per axis, possibly none)."""
+
+
+class CostOrder(AbstractOrder):
+    """Most expensive first (an honest ETA), by the models' `AbstractCostEstimate` capability
+    (e.g. `DiagonalNet.estimated_cost`); models without it keep the grid order."""
+
+    def __call__(self, build, params, size):
+        probe = build(**{k: jnp.asarray(v[0]) for k, v in params.items()})
+        if not isinstance(probe, AbstractCostEstimate) or not params:
+            return np.arange(size)
+        cost = jax.vmap(lambda p: build(**p).estimated_cost())(
+            {k: jnp.asarray(v) for k, v in params.items()})
+        return np.argsort(-np.asarray(cost), kind="stable")
+
+
+class GridOrder(AbstractOrder):
+    """The grid's own (C) order; the same as ``order=None``."""
+
+    def __call__(self, build, params, size):
+        return np.arange(size)
+
+
+def diagonal_plateau_cost(model: AbstractCostEstimate) -> Float[Array, ""]:
+    """Deprecated: use ``model.estimated_cost()`` (the `AbstractCostEstimate` capability)."""
+    warnings.warn("ibflow.diagonal_plateau_cost is deprecated; use model.estimated_cost().",
+                  DeprecationWarning, stacklevel=2)
+    if not isinstance(model, AbstractCostEstimate):
+        raise ValueError("model has no cost estimate (it is not an AbstractCostEstimate).")
+    return model.estimated_cost()

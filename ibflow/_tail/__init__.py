@@ -1,0 +1,1 @@
+"""The implicit tail: structured Jacobians and the root finder that uses them (THEORY §8.1)."""

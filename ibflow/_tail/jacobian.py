@@ -1,0 +1,91 @@
+"""Structured Jacobians of a flow's vector field, and ``(I − c·F')⁻¹`` without p × p matrices.
+
+An implicit Runge–Kutta stage solves ``z = F(y₀ + c z)``; its Newton/chord iteration needs
+``(I − c·F')⁻¹`` (c = step × diagonal coefficient). THEORY §8.1: for the square loss in the tail,
+``F' ≈ −speed · P · (1/n) JᵀJ`` with J the n × p output Jacobian, rank ≤ n. With ``U = speed·P·Jᵀ/n``
+(p × n) and ``V = J`` (n × p) the Woodbury identity
+
+    ``(I + c U V)⁻¹ = I − c U (I + c V U)⁻¹ V``
+
+costs one n × n LU factorization and O(n·p) per application: no p × p matrix is ever formed.
+"""
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jaxtyping import Array, Float, PyTree
+
+
+class AbstractShiftedInverse(eqx.Module):
+    """``v ↦ (I − c·F')⁻¹ v`` for one c, factorized once, applied many times."""
+
+    @abc.abstractmethod
+    def __call__(self, v: PyTree[Array]) -> PyTree[Array]: ...
+
+
+class AbstractTailJacobian(eqx.Module):
+    """A representation of ``F'`` at one point that can build `AbstractShiftedInverse`s."""
+
+    @abc.abstractmethod
+    def factor(self, c: Float[Array, ""]) -> AbstractShiftedInverse:
+        """Factorize ``I − c·F'``."""
+
+
+class _LUInverse(AbstractShiftedInverse):
+    lu: tuple[Float[Array, "k k"], Array]
+
+    def __call__(self, v):
+        return jsl.lu_solve(self.lu, v)
+
+
+class DenseJacobian(AbstractTailJacobian):
+    """``F'`` as a dense matrix, for a 1-d state of small size k (e.g. the diagonal net's reduced
+    n-dim ODE, whose Jacobian is known in closed form)."""
+
+    matrix: Float[Array, "k k"]
+
+    def factor(self, c):
+        k = self.matrix.shape[0]
+        return _LUInverse(jsl.lu_factor(jnp.eye(k, dtype=self.matrix.dtype) - c * self.matrix))
+
+
+def _leaves(tree):
+    return jax.tree_util.tree_leaves(tree)
+
+
+class _WoodburyInverse(AbstractShiftedInverse):
+    jacobian: "LowRankJacobian"
+    c: Float[Array, ""]
+    lu: tuple[Float[Array, "n n"], Array]
+
+    def __call__(self, v):
+        z = jsl.lu_solve(self.lu, self.jacobian.apply_v(v))
+        correction = self.jacobian.apply_u(z)
+        return jax.tree_util.tree_map(lambda a, b: a - self.c * b, v, correction)
+
+
+class LowRankJacobian(AbstractTailJacobian):
+    """``F' ≈ −U V`` with ``V: state → ℝⁿ`` and ``U: ℝⁿ → state`` stored as PyTrees shaped like
+    the state with a leading axis of length n (leaf-wise: ``(V s)_i = Σ ⟨V[i], s⟩``,
+    ``U z = Σ_i z_i U[i]``). Leaves without structure (e.g. the real time of a warped flow) hold
+    zeros: their rows of F' are dropped, which a chord iteration tolerates."""
+
+    U: PyTree[Array]
+    V: PyTree[Array]
+
+    def apply_v(self, s):
+        return sum(jnp.tensordot(vl, sl, axes=sl.ndim) for vl, sl in zip(_leaves(self.V),
+                                                                         _leaves(s)))
+
+    def apply_u(self, z):
+        return jax.tree_util.tree_map(lambda ul: jnp.tensordot(z, ul, axes=1), self.U)
+
+    def factor(self, c):
+        us, vs = _leaves(self.U), _leaves(self.V)
+        n = us[0].shape[0]
+        gram = sum(vl.reshape(n, -1) @ ul.reshape(n, -1).T for ul, vl in zip(us, vs))
+        lu = jsl.lu_factor(jnp.eye(n, dtype=gram.dtype) + c * gram)
+        return _WoodburyInverse(self, c, lu)

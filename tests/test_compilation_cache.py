@@ -1,0 +1,72 @@
+"""The persistent compilation cache (ibflow/_cache.py): a second process finds the first one's
+compiled executables. No timing assertions: hits are counted with JAX's own monitoring events."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+
+from ibflow import _cache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _probe(env):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cache_probe", "--d", "12", "--n", "4"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _env(**kw):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("IBFLOW_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "XDG_CACHE_HOME")}
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env | kw
+
+
+def test_second_process_hits_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = _probe(_env(IBFLOW_CACHE_DIR=str(cache)))
+    assert first["cache_dir"] == str(cache) and first["converged"]
+    assert first["hits"] == 0 and first["misses"] >= 1  # the integrate solve was written
+    assert "jit_solve" in first["written_modules"], first
+    assert any(p.name.startswith("jit_solve") for p in cache.iterdir())
+    second = _probe(_env(IBFLOW_CACHE_DIR=str(cache)))
+    # The solve was loaded from the cache, not compiled again. (Small helper compilations near
+    # the 0.1 s write threshold may be written by either process.)
+    assert second["hits"] >= 1 and "jit_solve" in second["hit_modules"], second
+    assert "jit_solve" not in second["written_modules"]
+    assert second["loss"] == first["loss"]  # the loaded executable computes the same numbers
+
+
+def test_cache_location_and_opt_out(tmp_path):
+    # XDG default, off switch, and a user's own JAX setting that ibflow must not override.
+    xdg = _probe(_env(XDG_CACHE_HOME=str(tmp_path / "xdg")))
+    assert xdg["cache_dir"] == str(tmp_path / "xdg" / "ibflow" / "jax")
+    off = _probe(_env(IBFLOW_CACHE_DIR="off", XDG_CACHE_HOME=str(tmp_path / "xdg2")))
+    assert off["cache_dir"] is None and off["hits"] == off["misses"] == 0
+    assert not (tmp_path / "xdg2").exists()
+    own = _probe(_env(IBFLOW_CACHE_DIR=str(tmp_path / "ib"),
+                      JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine")))
+    assert own["cache_dir"] == str(tmp_path / "mine") and not (tmp_path / "ib").exists()
+
+
+def test_cache_dir_from_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("IBFLOW_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _cache.cache_dir_from_environment() == tmp_path / "ibflow" / "jax"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert _cache.cache_dir_from_environment() == Path.home() / ".cache" / "ibflow" / "jax"
+    for off in ("", "off", "OFF", " none "):
+        monkeypatch.setenv("IBFLOW_CACHE_DIR", off)
+        assert _cache.cache_dir_from_environment() is None
+    monkeypatch.setenv("IBFLOW_CACHE_DIR", str(tmp_path / "c"))
+    assert _cache.cache_dir_from_environment() == tmp_path / "c"
+    # Already configured in this process (by import ibflow or the user): left as it is.
+    assert _cache.enable_compilation_cache() == jax.config.jax_compilation_cache_dir or (
+        jax.config.jax_compilation_cache_dir is None)

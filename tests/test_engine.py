@@ -1,0 +1,169 @@
+"""The one engine: every model and every flow through `jit`, `vmap` (against a loop) and `grad`
+(against finite differences); a plain Equinox module against a closed form; honest options and
+statuses."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ibflow
+
+from .helpers import PlainLinear, every_flow, every_model
+
+MODELS = every_model(jax.random.key(0))
+FLOWS = every_flow()
+T_PATH = 0.5  # a clock value on the path, before any member stops
+
+
+def _scaled(model, k):
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    return eqx.combine(jax.tree_util.tree_map(lambda a: k * a, params), static)
+
+
+def _check_transforms(model, X, y, **options):
+    """jit(vmap) over two initializations == a Python loop; d/dk of the path at a fixed clock
+    (through the solve) == central finite differences."""
+    options = dict(rtol=1e-10, atol=1e-12, throw=False, save_at=jnp.array([T_PATH]), **options)
+    factors = jnp.array([1.0, 1.05])
+
+    def run(k):
+        return ibflow.integrate(_scaled(model, k), X, y, **options)
+
+    loop = [run(k) for k in factors]
+    for sol in loop:
+        assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
+    batched = eqx.filter_jit(eqx.filter_vmap(run))(factors)
+    for i, sol in enumerate(loop):
+        # Batched matmuls round differently, so the adaptive controller may take a few other
+        # steps; the path agrees to the tolerance.
+        assert abs(int(batched.steps[i]) - int(sol.steps)) <= 0.1 * int(sol.steps)
+        assert int(batched.status._value[i]) == int(sol.status._value)
+        # Final losses sit at round-off level (~1e-25): batched matmuls move them by ~1e-26.
+        np.testing.assert_allclose(batched.loss[i], sol.loss, rtol=1e-9,
+                                   atol=float(sol.target_loss))
+        for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(sol.model, eqx.is_inexact_array)),
+                        jax.tree_util.tree_leaves(eqx.filter(batched.model,
+                                                             eqx.is_inexact_array))):
+            np.testing.assert_allclose(b[i], a, rtol=1e-7, atol=1e-9)
+
+    weights = jax.random.normal(jax.random.key(3), (X.shape[0],))
+
+    def objective(k):
+        path = run(k).trajectory.models
+        return jnp.dot(weights, jax.vmap(jax.vmap(path.__class__.__call__, (None, 0)),
+                                         (0, None))(path, X)[0])
+
+    grad = float(jax.grad(objective)(1.0))
+    h = 1e-5
+    fd = (float(objective(1.0 + h)) - float(objective(1.0 - h))) / (2 * h)
+    assert abs(grad - fd) <= 1e-4 * max(1.0, abs(fd)), (grad, fd)
+
+
+_KINKED = pytest.mark.xfail(strict=False, reason="piecewise-linear model: the path meets a "
+                            "kink, so batched round-off and finite differences switch activation "
+                            "patterns; exact kinks are issue 13 (open)")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_KINKED) if n in
+                                  ("classifier", "leaky-neuron", "two-layer-relu") else n
+                                  for n in sorted(MODELS)])
+def test_every_model_under_jit_vmap_grad(name):
+    model, X, y, loss, target = MODELS[name]
+    _check_transforms(model, X, y, loss=loss, target_loss=target)
+
+
+@pytest.mark.parametrize("name", sorted(set(FLOWS) - {"gradient"}))
+def test_every_flow_under_jit_vmap_grad(name):
+    model, X, y, loss, target = MODELS["two-layer-tanh"]
+    _check_transforms(model, X, y, flow=FLOWS[name])
+
+
+def test_plain_equinox_module_reaches_the_closed_form_limit(getkey):
+    """A module written here (no ibflow base class, no invariants): gradient flow on the square
+    loss keeps θ − θ₀ in the row space of A = [X, 1], so its limit is the projection
+    θ₀ + A⁺(y − Aθ₀) (numpy's pseudo-inverse as the independent reference)."""
+    X = jax.random.normal(getkey(), (6, 10))
+    y = jax.random.normal(getkey(), (6,))
+    model = PlainLinear(jax.random.normal(getkey(), (10,)), jnp.array(0.5))
+    sol = ibflow.integrate(model, X, y)
+    A = np.concatenate([np.asarray(X), np.ones((6, 1))], axis=1)
+    theta0 = np.concatenate([np.asarray(model.w), [0.5]])
+    expected = theta0 + np.linalg.pinv(A) @ (np.asarray(y) - A @ theta0)
+    got = np.concatenate([np.asarray(sol.model.w), [float(sol.model.c)]])
+    assert np.linalg.norm(got - expected) <= 1e-10 * np.linalg.norm(expected)
+    assert sol.predictor is None and sol.trajectory is None
+
+
+@pytest.mark.parametrize("option, value", [
+    ("rtol", 0.0), ("rtol", -1.0), ("rtol", float("nan")), ("atol", -1e-3),
+    ("t_max", -1.0), ("t_max", 0.0), ("dt0", 0.0), ("dt0", -1e-3),
+    ("target_loss", -1.0), ("target_loss", float("inf")), ("stiff_switch", 0.0),
+    ("max_steps", 0), ("max_steps", 2.5), ("max_steps", True), ("rtol", "tight"),
+    ("rtol", 1e-6 + 1e-6j), ("solver", "Tsit5"), ("stiff_solver", "fast"),
+    ("adjoint", None), ("formulation", "parameters"), ("method", "exact"), ("flow", 1.0),
+    ("loss", "square"), ("save_at", []), ("throw", "no"),
+])
+def test_every_invalid_option_is_refused_by_name(option, value):
+    model, X, y, *_ = MODELS["linear"]
+    with pytest.raises(ValueError, match=option):
+        ibflow.integrate(model, X, y, **{option: value})
+
+
+def test_model_that_is_not_a_module_or_mismatched_is_refused():
+    _, X, y, *_ = MODELS["linear"]
+    with pytest.raises(ValueError, match="model"):
+        ibflow.integrate(lambda x: x.sum(), X, y)
+    with pytest.raises(ValueError, match="model"):
+        ibflow.integrate(PlainLinear(jnp.zeros(7), jnp.array(0.0)), X, y)
+
+
+# (rtol, target relative to mean(y²)/2, stiff_switch, max_steps, t_max, dt0, stiff solver)
+BATTERY = [
+    (1e-10, 1e-24, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-6, 1e-24, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-10, 1e-30, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e-30, 100_000, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e2, 100_000, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e-8, 5, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e-8, 1, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e-8, 100_000, 1e-3, None, "auto"),
+    (1e-10, 1e-24, 1e-8, 100_000, 1e14, 1e-12, "auto"),
+    (1e-10, 1e-24, 1e-8, 100_000, 1e14, 10.0, "auto"),
+    (1e-10, 1e-24, 1e-8, 100_000, 1e14, None, None),
+    (1e-10, 1e-12, 1e-8, 100_000, 1e14, None, None),
+    (1e-3, 1e-24, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-10, 0.0, 1e-8, 2_000, 1e14, None, "auto"),
+    (1e-10, 1e-2, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-10, 1e3, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-12, 1e-24, 1e-8, 100_000, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e-8, 60, 1e14, None, "auto"),
+    (1e-10, 1e-24, 1e-8, 300, 1e14, None, None),
+    (1e-8, 1e-26, 1e-10, 100_000, 1e3, 1e-6, "auto"),
+    (1e-10, 1e-24, 1e-8, 100_000, 1e14, 1e-30, None),
+    (1e-10, 1e-24, 0.5, 100_000, 1e14, None, "auto"),
+]
+
+
+@pytest.mark.parametrize("model_name", ["diagonal", "fully-connected"])
+def test_status_is_converged_exactly_when_the_loss_reached_its_target(model_name):
+    """Issue 11: over a battery of option combinations (budgets that run out, horizons that
+    end early, targets 0, tiny and huge, switch levels below the target…) the status is
+    `converged` if and only if the returned model's loss (recomputed here) is ≤ the target, and
+    `steps` never exceeds `max_steps`."""
+    model, X, y, *_ = MODELS[model_name]
+    scale = 0.5 * float(jnp.mean(y**2))
+    seen = set()
+    for rtol, target, switch, max_steps, t_max, dt0, stiff in BATTERY:
+        sol = ibflow.integrate(model, X, y, rtol=rtol, target_loss=target * scale,
+                               stiff_switch=switch, max_steps=max_steps, t_max=t_max, dt0=dt0,
+                               stiff_solver=stiff, throw=False)
+        loss = 0.5 * float(jnp.mean((jax.vmap(sol.model)(X) - y) ** 2))
+        # Same formula, other summation order: equal up to the residual's round-off.
+        np.testing.assert_allclose(float(sol.loss), loss, rtol=1e-5, atol=1e-28)
+        assert bool(sol.converged) == (loss <= target * scale), (rtol, target, switch, max_steps)
+        assert int(sol.steps) <= max_steps
+        assert int(sol.accepted_steps) <= int(sol.steps)
+        seen.add(ibflow.Status[sol.status])
+    assert len(seen) >= 2  # the battery exercises converged and non-converged outcomes
