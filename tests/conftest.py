@@ -21,3 +21,12 @@ def getkey():
         return jax.random.key(next(counter))
 
     return _getkey
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's in-memory caches of compiled programs after each test file. A worker runs
+    many files; without this its memory grows with every program any earlier file compiled
+    (a CI worker once died inside a late, large compile)."""
+    yield
+    jax.clear_caches()

@@ -42,6 +42,9 @@ def test_benchmarks_quick(tmp_path):
             assert math.isfinite(float(r["value"])), r
             if r["target"][:1] in {"≥", "≤"}:
                 assert r["pass"] in {"True", "False"}, r
+    # The work–precision and general-model benchmarks ran inside the same process (one compile).
+    _check_work_precision(tmp_path, proc.stdout)
+    _check_general_models(tmp_path, proc.stdout)
 
 
 def test_differentiable_benchmark_quick():
@@ -53,19 +56,15 @@ def test_differentiable_benchmark_quick():
     assert "gradient_overhead_over_solve" in proc.stdout and "temp_MiB" in proc.stdout
 
 
-def test_work_precision_small(tmp_path):
-    """``python -m benchmarks.work_precision --small``: the table and the PNG are written, every
-    completed setting has a finite time and finite errors, ibflow's default point reaches the
-    exact limit, and the ratio table covers the four accuracy levels."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.work_precision", "--small", "--out",
-                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+def _check_work_precision(tmp_path, stdout):
+    """The work–precision part of ``--quick`` (``benchmarks.work_precision --small``): the table
+    and the PNG are written, every completed setting has a finite time and finite errors,
+    ibflow's default point reaches the exact limit, and the ratio table covers the four accuracy
+    levels."""
     md = (tmp_path / "work_precision.md").read_text()
     png = (tmp_path / "work_precision.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert md.strip() in proc.stdout
+    assert md.strip() in stdout
     lines = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| ---")]
     table = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
     points = [r for r in table if len(r) == 8 and r[0] != "method"]
@@ -132,18 +131,14 @@ def test_work_precision_reduced_ode_matches_parameter_ode():
 # --- issue 12, item 3: the general-model table (benchmarks/general_models.py) -----------------
 
 
-def test_general_models_small(tmp_path):
-    """``--small`` runs all three cases on both sides and writes the table and the figure; the
-    ibflow rows of the two cases with a closed-form reference reach it."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.general_models", "--small",
-                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+def _check_general_models(tmp_path, stdout):
+    """The general-model part of ``--quick`` (``benchmarks.general_models --small``): all three
+    cases on both sides, the table and the figure written; the ibflow rows of the two cases with
+    a closed-form reference reach it."""
     md = (tmp_path / "general_models.md").read_text()
     assert (tmp_path / "general_models.png").stat().st_size > 0
     table = md.split("\n\n", 3)[-1]
-    assert table.strip() in proc.stdout
+    assert table.strip() in stdout
     main_table = table.split("\n\n")[0]  # the second table summarises the targets
     lines = [ln for ln in main_table.splitlines() if ln.startswith("| ") and "---" not in ln]
     ibflow_rows = [ln for ln in lines if "| ibflow |" in ln]
