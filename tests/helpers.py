@@ -84,7 +84,7 @@ def every_model(key, n=3, d=5):
                   square, None)
            for i, (name, (m, data)) in enumerate(models.items())}
     # The classifier's hidden pre-activations move by O(1) on the way to a low loss, so they
-    # would cross kinks: the transform checks use slope γ = 1 (smooth); kinks are tests/test_kinks.py.
+    # would cross kinks: the transform checks use slope γ = 1 (smooth); kinks: tests/test_kinks.py.
     classifier = ibflow.TwoLayerClassifier.init(dim=d, width=4, init_std=0.5, slope=1.0,
                                                 key=ks[15])
     labels = jnp.where(X @ jnp.ones(d) >= 0, 1.0, -1.0)  # linearly separable

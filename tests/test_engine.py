@@ -26,7 +26,7 @@ def _scaled(model, k):
     if getattr(model, "train_second", True) is False:
         fixed.append("second")
     for name in fixed:
-        scaled = eqx.tree_at(lambda m: getattr(m, name), scaled, getattr(model, name))
+        scaled = eqx.tree_at(lambda m, name=name: getattr(m, name), scaled, getattr(model, name))
     return scaled
 
 

@@ -22,7 +22,7 @@ def _kinked(models, X, y):
     """Each problem in turn through one compiled single-problem solve, results stacked. (Under
     ``vmap`` the segment loop runs in lockstep with masked branches: measured 17× slower on
     these 24 problems, 180 s against 10.7 s; see the closing note of issue 13.)"""
-    outs = [_one(jax.tree_util.tree_map(lambda a: a[i], models), X[i], y[i])
+    outs = [_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models), X[i], y[i])
             for i in range(X.shape[0])]
     return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
 
