@@ -62,13 +62,15 @@ def checkpoint_memory(n=10, d=100, alpha=1e-5, checkpoints=(4, 16, 64, 256, None
                                          n_test=200)
     shape = jnp.zeros(d)
     model = ibflow.DiagonalNet.from_scale_shape(alpha, shape)
-    sol = ibflow.integrate(model, data.X, data.y, formulation=ibflow.ParameterSpace(), max_steps=max_steps)
+    sol = ibflow.integrate(model, data.X, data.y, formulation=ibflow.ParameterSpace(),
+                           max_steps=max_steps)
     rows = []
     for c in checkpoints + (max_steps,):
         def f(s, c=c):
             m = ibflow.DiagonalNet.from_scale_shape(alpha, s)
             w = ibflow.limit_point(m, data.X, data.y, route="solve", checkpoints=c,
-                                   formulation=ibflow.ParameterSpace(), max_steps=max_steps).predictor
+                                   formulation=ibflow.ParameterSpace(),
+                                   max_steps=max_steps).predictor
             return data.test_error(w)
 
         compiled = jax.jit(jax.grad(f)).lower(shape).compile()
@@ -79,9 +81,9 @@ def checkpoint_memory(n=10, d=100, alpha=1e-5, checkpoints=(4, 16, 64, 256, None
             row["grad_s"] = _median_time(compiled, shape, repeats=3)
         rows.append(row)
         print(row, flush=True)
-    forward = jax.jit(lambda s: ibflow.integrate(ibflow.DiagonalNet.from_scale_shape(alpha, s),
-                                                 data.X, data.y, formulation=ibflow.ParameterSpace(),
-                                                 max_steps=max_steps).predictor)
+    forward = jax.jit(lambda s: ibflow.integrate(
+        ibflow.DiagonalNet.from_scale_shape(alpha, s), data.X, data.y,
+        formulation=ibflow.ParameterSpace(), max_steps=max_steps).predictor)
     return {"n": n, "d": d, "alpha": alpha, "state_size": 4 * d, "steps": int(sol.steps),
             "forward_solve_s": _median_time(forward, shape, repeats=3), "rows": rows}
 

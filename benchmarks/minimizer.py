@@ -72,7 +72,8 @@ def run(sizes, *, runs: int, cap_s: float):
         have = hasattr(ibflow, "minimize_regularizer") and hasattr(ibflow, "implicit_bias")
         entry = dict(d=d, n=n, available=have)
         if have:
-            t = time_jax(lambda: _ibflow_min(jnp.asarray(X), jnp.asarray(y), ALPHA, SHAPE),
+            t = time_jax(lambda X=X, y=y: _ibflow_min(jnp.asarray(X), jnp.asarray(y), ALPHA,
+                                                      SHAPE),
                          runs=max(runs, 5))
             w, steps, status = (np.asarray(v) for v in t.result)
             entry["ibflow"] = dict(timing=t, steps=int(steps), dist=float(rel_dist(w, ref)),

@@ -29,7 +29,7 @@ def run(config_sizes, config_problem, dims, dim_configs: int, n_for_dims: int, *
     data = ibflow.data.sparse_regression(jax.random.key(SEED), n=n, d=d)
     for count in config_sizes:
         a, s = _configs(count)
-        t = time_jax(lambda: vmap_grid(data.X, data.y, a, s), runs=runs)
+        t = time_jax(lambda a=a, s=s: vmap_grid(data.X, data.y, a, s), runs=runs)
         steps = np.asarray(t.result["steps"])
         out["configs"].append(dict(count=count, d=d, n=n, timing=t, steps_mean=steps.mean(),
                                    steps_max=steps.max(),
@@ -37,7 +37,7 @@ def run(config_sizes, config_problem, dims, dim_configs: int, n_for_dims: int, *
     a, s = _configs(dim_configs)
     for dim in dims:
         data = ibflow.data.sparse_regression(jax.random.key(SEED), n=n_for_dims, d=dim)
-        t = time_jax(lambda: vmap_grid(data.X, data.y, a, s), runs=runs)
+        t = time_jax(lambda data=data: vmap_grid(data.X, data.y, a, s), runs=runs)
         steps = np.asarray(t.result["steps"])
         out["dims"].append(dict(count=dim_configs, d=dim, n=n_for_dims, timing=t,
                                 steps_mean=steps.mean(), steps_max=steps.max(),

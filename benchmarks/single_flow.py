@@ -1,5 +1,5 @@
-"""Issue 2's timing: one flow on the Figure 7.1 problem (d = 1000, n = 100, α = 1e-5, s = 0), to loss
-1e-10 and to the exact default target; compile and run times reported apart.
+"""Issue 2's timing: one flow on the Figure 7.1 problem (d = 1000, n = 100, α = 1e-5, s = 0), to
+loss 1e-10 and to the exact default target; compile and run times reported apart.
 
     python -m benchmarks.single_flow
 """

@@ -97,7 +97,8 @@ def _flow_parser(sub):
                    help="data and initialization seed")
     p.add_argument("--target-loss", type=_positive, default=None,
                    help="stop when the loss is below")
-    p.add_argument("--rtol", type=_positive, default=1e-10, help="solver relative tolerance")
+    p.add_argument("--rtol", type=_positive, default=None,
+                   help="solver relative tolerance of the path (default: integrate's)")
     p.add_argument("--max-steps", type=_int_at_least(1), default=100_000,
                    help="solver step budget")
     p.add_argument("--method", choices=["auto", "parameters"], default="auto")
@@ -199,8 +200,9 @@ def _run_flow(args) -> int:
         return _usage(args, e)
     start = time.perf_counter()
     try:
+        atol = None if args.rtol is None else args.rtol * 1e-4
         sol = ibflow.integrate(model, data.X, y, target_loss=args.target_loss, rtol=args.rtol,
-                               atol=args.rtol * 1e-4, max_steps=args.max_steps,
+                               atol=atol, max_steps=args.max_steps,
                                formulation=ibflow._formulation.METHODS[args.method],
                                progress=args.progress, throw=False)
         jax.block_until_ready(sol)

@@ -1,11 +1,13 @@
 """The one engine: every ODE ibflow solves (regression, mirror and warped flows, classification
 clocks, sweep members, solve-route gradients) goes through `solve`.
 
-A solve runs up to two phases, each one Diffrax ``diffeqsolve`` stopped by the event
-``loss ≤ stop`` (never at a guessed horizon): an explicit solver until the loss falls below
-``stiff_switch · loss_scale``, then the implicit tail solver to the target (THEORY §8.1). The
-tail's stage equations use the dynamics' structured Jacobian (`StructuredChord`): dense closed
-form for reductions, low rank by Woodbury in parameter space, so no p × p matrix is formed. One
+A solve runs up to two phases: an explicit Diffrax ``diffeqsolve`` stopped by the event
+``loss ≤ stop`` (never at a guessed horizon) until the loss falls below
+``stiff_switch · loss_scale``, then the tail to the target (THEORY §8.1): Newton to the
+equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else an
+implicit Runge–Kutta ``diffeqsolve`` whose stage equations use the dynamics' structured Jacobian
+(`StructuredChord`): dense closed form for reductions, low rank by Woodbury in parameter space,
+so no p × p matrix is formed. One
 step budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
 """
 
@@ -21,6 +23,7 @@ from ._solution import Solution, Trajectory, observation, with_predictor
 from ._status import Status, status_from_diffrax
 from ._tail.budget import BudgetController
 from ._tail.chord import StructuredChord
+from ._tail.equilibrium import LIMIT_LEVEL, EquilibriumNewton, newton_phase
 
 
 class SolveOptions(eqx.Module):
@@ -36,7 +39,7 @@ class SolveOptions(eqx.Module):
     dt0: Float[Array, ""] | None
     save_at: Float[Array, " T"] | None
     solver: dfx.AbstractAdaptiveSolver
-    stiff_solver: dfx.AbstractAdaptiveSolver | None
+    stiff_solver: dfx.AbstractAdaptiveSolver | EquilibriumNewton | None
     adjoint: dfx.AbstractAdjoint
     max_steps: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
@@ -52,9 +55,16 @@ class _Phase(eqx.Module):
     saved: object
 
 
-def _with_structured_root_finder(solver, dynamics, options):
+def _with_structured_root_finder(solver, dynamics):
     """The tail solver with its root finder replaced by `StructuredChord` when the solver is an
-    implicit Runge–Kutta method (it has a ``root_finder``) and the dynamics has a structure."""
+    implicit Runge–Kutta method (it has a ``root_finder``) and the dynamics has a structure.
+
+    The chord keeps the replaced `diffrax.VeryChord`'s ``rtol``, ``atol``, ``norm`` and
+    ``kappa``. For Diffrax's default root finders these are the "taken from the step-size
+    controller" sentinels, which ``diffeqsolve`` resolves to the controller's values, RMS norm
+    included. (A chord with its own max norm at the controller's tolerances misjudges its
+    convergence at tight tolerances, rejects most tail steps as nonlinear divergence and ran
+    out of steps at rtol = 1e-12: the 1e-5-scale diagonal net of tests/test_differentiable.py.)"""
     root_finder = getattr(solver, "root_finder", None)
     if not isinstance(root_finder, dfx.VeryChord):
         return solver
@@ -62,7 +72,8 @@ def _with_structured_root_finder(solver, dynamics, options):
         jnp.zeros(()), dynamics.initial_state(), None))
     if structure is None:  # no structure offered: Diffrax differentiates the stage function
         return solver
-    chord = StructuredChord(dynamics=dynamics, rtol=options.rtol, atol=options.atol)
+    chord = StructuredChord(dynamics=dynamics, rtol=root_finder.rtol, atol=root_finder.atol,
+                            norm=root_finder.norm, kappa=root_finder.kappa)
     return eqx.tree_at(lambda s: s.root_finder, solver, chord)
 
 
@@ -103,6 +114,23 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
                   saved=sol.ys[1] if options.save_at is not None else None)
 
 
+def _tail_phase(dynamics, tail, first, *, budget, options, progress):
+    """The second phase from where the first stopped: Newton to the equilibrium
+    (`EquilibriumNewton`), or the implicit Runge–Kutta tail with the structured root finder."""
+    run = first.result == dfx.RESULTS.event_occurred
+    if isinstance(tail, EquilibriumNewton):
+        state, iterations, result = newton_phase(dynamics, first.state,
+                                                 stop_at=options.target_loss, budget=budget,
+                                                 tail=tail, run=run)
+        if progress is not None:
+            progress.update(dynamics.loss(state))
+        return _Phase(state=state, clock=first.clock, steps=iterations, accepted=iterations,
+                      result=result, saved=first.saved)
+    return _phase(dynamics, _with_structured_root_finder(tail, dynamics), first.state,
+                  first.clock, stop_at=options.target_loss, budget=budget, options=options,
+                  progress=progress, run=run)
+
+
 def _merge_saved(save_at, first, second, c_switch):
     """Saved values of two phases: save times before the switch come from the first."""
     before = save_at < c_switch
@@ -130,16 +158,17 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     tail = options.stiff_solver
     first_stop = options.target_loss if tail is None else jnp.maximum(
         options.target_loss, options.stiff_switch * options.loss_scale)
+    if isinstance(tail, EquilibriumNewton):  # an early-stop target is reached on the path
+        early = options.target_loss > LIMIT_LEVEL * options.loss_scale
+        first_stop = jnp.where(early, options.target_loss, first_stop)
     budget = jnp.asarray(options.max_steps)
     phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
                    stop_at=first_stop, budget=budget, options=options, progress=progress)
     steps, accepted, result, saved = phase.steps, phase.accepted, phase.result, phase.saved
     if tail is not None:
         first = phase
-        phase = _phase(dynamics, _with_structured_root_finder(tail, dynamics, options),
-                       first.state, first.clock, stop_at=options.target_loss,
-                       budget=budget - first.steps, options=options, progress=progress,
-                       run=first.result == dfx.RESULTS.event_occurred)
+        phase = _tail_phase(dynamics, tail, first, budget=budget - first.steps,
+                            options=options, progress=progress)
         steps, accepted = steps + phase.steps, accepted + phase.accepted
         # A first phase that failed, stalled or ran out of budget decides the outcome.
         result = dfx.RESULTS.where(first.result == dfx.RESULTS.event_occurred, phase.result,

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float
 
 from . import _checks
+from ._dynamics.base import AbstractConvexGradientDynamics
 from ._engine import SolveOptions, solve
 from ._flows.base import AbstractFlow
 from ._flows.gradient import GradientFlow
@@ -17,11 +18,26 @@ from ._formulation import METHODS, AbstractFormulation, PreferReduction
 from ._losses import AbstractLoss, SquareLoss
 from ._models.base import AbstractPredictorModel
 from ._solution import Solution
+from ._tail.equilibrium import EquilibriumNewton
 
 #: Default convergence threshold, relative to the loss of the zero predictor ``mean(y²)/2``.
 #: The loss falls exponentially at the end, so a tight target costs few steps; at 1e-24 the
 #: remaining distance to the limit is ~1e-12 of ‖y‖ on the problems of THEORY §2.8.
 DEFAULT_RELATIVE_TARGET = 1e-24
+#: Default path tolerances of the explicit phase.
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-10, 1e-14
+#: ... when the tail is `EquilibriumNewton`: the limit is the vector field's unique root, reached
+#: from wherever the explicit phase stops, so the path tolerance only shapes the path up to the
+#: switch (and its time). Measured on the Figure 7.1 grid (d = 1000, n = 100, 100 members): max
+#: relative distance of the limits to Theorem 1's minimizers 3.3e-12 at rtol 1e-10 and at 1e-6,
+#: sweep wall time 5.5 s against 2.2 s (benchmarks/work_precision.py).
+DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL = 1e-6, 1e-10
+#: Default loss level (relative to ``mean(y²)/2``) where the explicit phase hands over to the
+#: tail: an implicit Runge–Kutta tail takes over at 1e-8; Newton (whose basin, for a strictly
+#: convex dual, is everything) at 1e-4, where the loss has fallen four decades and the stiff
+#: part of the path, which costs an explicit solver most of its steps, begins (Figure 7.1
+#: grid: 80 → 41 steps per member on average).
+DEFAULT_STIFF_SWITCH, DEFAULT_NEWTON_SWITCH = 1e-8, 1e-4
 
 
 def _option(value, name, *, positive=False, allow_zero=False):
@@ -90,23 +106,45 @@ def _check_model(model, X):
         raise ValueError(f"model(x) must return a scalar; got shape {out.shape}.")
 
 
-def _stiff_solver(stiff_solver):
+def _stiff_solver(stiff_solver, dynamics, save_at):
+    """The tail strategy. ``"auto"``: Newton to the equilibrium where the dynamics has a unique
+    attracting one and no trajectory is asked for (the path after the switch is then not
+    needed); else Kvaerno5 with the dynamics' structured Jacobian (dense for reductions, low
+    rank by Woodbury in parameter space): no size cutoff, no p × p matrix."""
+    unique = isinstance(dynamics, AbstractConvexGradientDynamics)
     if isinstance(stiff_solver, str):
         if stiff_solver != "auto":
-            raise ValueError("stiff_solver must be a Diffrax solver, None or 'auto'.")
-        # Kvaerno5 with the dynamics' structured Jacobian (dense for reductions, low rank by
-        # Woodbury in parameter space): no size cutoff, no p × p matrix.
-        return dfx.Kvaerno5()
+            raise ValueError("stiff_solver must be a Diffrax solver, ibflow.EquilibriumNewton(), "
+                             "None or 'auto'.")
+        return EquilibriumNewton() if unique and save_at is None else dfx.Kvaerno5()
+    if isinstance(stiff_solver, EquilibriumNewton):
+        if not unique:
+            raise ValueError("stiff_solver=EquilibriumNewton() needs dynamics with one attracting "
+                             "equilibrium (e.g. the diagonal net's reduction); these have none.")
+        if save_at is not None:
+            raise ValueError("stiff_solver=EquilibriumNewton() does not compute the path after "
+                             "the switch, so it cannot fill save_at; use 'auto' or a Diffrax "
+                             "solver.")
+        return stiff_solver
     return _solver(stiff_solver, "stiff_solver", allow_none=True)
+
+
+def _default_tolerances(rtol, atol, tail):
+    newton = isinstance(tail, EquilibriumNewton)
+    if rtol is None:
+        rtol = DEFAULT_NEWTON_RTOL if newton else DEFAULT_RTOL
+    if atol is None:
+        atol = DEFAULT_NEWTON_ATOL if newton else DEFAULT_ATOL
+    return rtol, atol
 
 
 def integrate(
     model: eqx.Module, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     flow: AbstractFlow = GradientFlow(), loss: AbstractLoss = SquareLoss(),
-    target_loss: Float[ArrayLike, ""] | None = None, rtol: Float[ArrayLike, ""] = 1e-10,
-    atol: Float[ArrayLike, ""] = 1e-14, solver: dfx.AbstractAdaptiveSolver = dfx.Tsit5(),
-    stiff_solver: dfx.AbstractAdaptiveSolver | None | Literal["auto"] = "auto",
-    stiff_switch: Float[ArrayLike, ""] = 1e-8, max_steps: int = 100_000,
+    target_loss: Float[ArrayLike, ""] | None = None, rtol: Float[ArrayLike, ""] | None = None,
+    atol: Float[ArrayLike, ""] | None = None, solver: dfx.AbstractAdaptiveSolver = dfx.Tsit5(),
+    stiff_solver: dfx.AbstractAdaptiveSolver | EquilibriumNewton | None | Literal["auto"] = "auto",
+    stiff_switch: Float[ArrayLike, ""] | None = None, max_steps: int = 100_000,
     t_max: Float[ArrayLike, ""] = 1e14, save_at: Float[ArrayLike, " T"] | None = None,
     formulation: AbstractFormulation = PreferReduction(), method: str | None = None,
     throw: bool = True, adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
@@ -126,15 +164,26 @@ def integrate(
     - `flow`: the geometry (`GradientFlow()`, `MirrorFlow`, `WarpedFlow`, `LossClock`).
       `loss`: `SquareLoss()` etc.
     - `target_loss`: convergence threshold ≥ 0; default ``1e-24 · mean(y²)/2``.
-    - `rtol` > 0, `atol` ≥ 0: the step-size controller's tolerances. `solver`: any adaptive
-      Diffrax solver for the first phase.
+    - `rtol` > 0, `atol` ≥ 0: the step-size controller's tolerances, i.e. the accuracy of the
+      path. `solver`: any adaptive Diffrax solver for the first phase. Default (None): 1e-10 and
+      1e-14; with the Newton tail (`EquilibriumNewton`, see below) 1e-6 and 1e-10, because the
+      limit then does not depend on the path and the tolerance only sets the accuracy of the
+      switch time (the limit's accuracy is the target's; see `DEFAULT_NEWTON_RTOL`).
     - `stiff_solver`, `stiff_switch` > 0: the last phase of a flow is stiff (the tangent
       kernel's eigenvalues spread over many decades, THEORY §8.1), so once
       ``L ≤ stiff_switch · mean(y²)/2`` (and not before the target) the solve continues with
-      `stiff_solver`. ``"auto"`` = Kvaerno5 whose stage equations use the dynamics' structured
-      Jacobian: the closed form for reductions, the Gauss–Newton low-rank form ``J`` (n × p) with
-      an n × n Woodbury solve in parameter space, so the tail costs O(n·p) memory at any size.
-      ``None`` disables the tail.
+      `stiff_solver` (default `stiff_switch`: 1e-8, or 1e-4 with the Newton tail).
+      ``"auto"``: for dynamics with one attracting equilibrium (the diagonal
+      net's reduction: a gradient flow of a strictly convex dual) and no `save_at`,
+      `EquilibriumNewton()` finishes the tail by damped Newton on the vector field (its limit
+      does not depend on the path); otherwise Kvaerno5 whose stage equations use the dynamics'
+      structured Jacobian: the closed form for reductions, the Gauss–Newton low-rank form ``J``
+      (n × p) with an n × n Woodbury solve in parameter space, so the tail costs O(n·p) memory
+      at any size. ``None`` disables the tail. With `EquilibriumNewton`, `Solution.time` and
+      `clock` are those of the switch (the remaining, infinitely long path is not integrated)
+      and each Newton iteration counts as one step; a target above ``LIMIT_LEVEL · mean(y²)/2``
+      (1e-16: an early stop rather than the limit) is reached by the explicit phase on the path
+      itself, never by Newton.
     - `max_steps` ≥ 1 (a Python int): the total step budget over all phases (accepted and
       rejected steps); `t_max` > 0: the largest clock value. Running out of either gives
       `Status.budget_exhausted`; a clock that stops advancing (chattering at a kink) gives
@@ -174,15 +223,21 @@ def integrate(
             raise ValueError("save_at must be a non-empty 1-d array of increasing times.")
         save_at = _checks.finite(save_at, "save_at")
     formulation = _formulation(method, formulation)
+    dynamics = formulation.dynamics(model, X, y, flow, loss)
+    tail = _stiff_solver(stiff_solver, dynamics, save_at)
+    rtol, atol = _default_tolerances(rtol, atol, tail)
+    if stiff_switch is None:
+        newton = isinstance(tail, EquilibriumNewton)
+        stiff_switch = DEFAULT_NEWTON_SWITCH if newton else DEFAULT_STIFF_SWITCH
     options = SolveOptions(
         rtol=_option(rtol, "rtol", positive=True), atol=_option(atol, "atol", allow_zero=True),
         target_loss=_option(target_loss, "target_loss", allow_zero=True),
         stiff_switch=_option(stiff_switch, "stiff_switch", positive=True),
         loss_scale=loss_scale, t_max=_option(t_max, "t_max", positive=True),
         dt0=None if dt0 is None else _option(dt0, "dt0", positive=True), save_at=save_at,
-        solver=_solver(solver, "solver"), stiff_solver=_stiff_solver(stiff_solver),
+        solver=_solver(solver, "solver"), stiff_solver=tail,
         adjoint=adjoint, max_steps=_max_steps(max_steps), throw=throw, progress=progress)
-    return solve(formulation.dynamics(model, X, y, flow, loss), options)
+    return solve(dynamics, options)
 
 
 __all__ = ["integrate"]

@@ -11,12 +11,15 @@ from jaxtyping import Array, Float
 
 class AbstractLoss(eqx.Module):
     @abc.abstractmethod
-    def __call__(self, outputs: Float[Array, " n"], targets: Float[Array, " n"]) -> Float[Array, ""]:
+    def __call__(
+        self, outputs: Float[Array, " n"], targets: Float[Array, " n"]
+    ) -> Float[Array, ""]:
         """The loss of ``outputs`` against ``targets``."""
 
 
 class SquareLoss(AbstractLoss):
-    """``L = (1/2n) Σ (fᵢ − yᵢ)²`` (THEORY §1), so ``∇_w L = (1/n) Xᵀ(Xw − y)`` for linear models."""
+    """``L = (1/2n) Σ (fᵢ − yᵢ)²`` (THEORY §1), so ``∇_w L = (1/n) Xᵀ(Xw − y)`` for linear
+    models."""
 
     def __call__(self, outputs, targets):
         return 0.5 * jnp.mean((outputs - targets) ** 2)

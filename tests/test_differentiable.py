@@ -5,8 +5,8 @@ differences of the exact minimizer — three routes that must agree to 1e-6 rela
 
 Each model family is one vmapped batch of random problems (d = 15, n = 6), so every route
 compiles once per family. The diagonal net's solve route integrates the parameters
-(``formulation=ibflow.ParameterSpace()``: the 4d-dimensional gradient flow, independent of the closed-form
-reduction the regularizer is built on).
+(``formulation=ibflow.ParameterSpace()``: the 4d-dimensional gradient flow, independent of the
+closed-form reduction the regularizer is built on).
 """
 
 import equinox as eqx
@@ -252,9 +252,6 @@ def test_bad_input():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="regression under the new engine (issue 11/12): the "
-                   "solve-route gradient at alpha = 1e-5 with 4 checkpoints raises 'did not "
-                   "converge' under jax.grad although the forward solve converges; open")
 def test_plateau_gradient_with_few_checkpoints(getkey):
     """α = 1e-5: a long plateau before the escape (THEORY §2.3, rich regime). With only 4
     checkpoints the reverse pass recomputes most of the solve, and still matches the implicit

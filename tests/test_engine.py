@@ -30,7 +30,7 @@ def _scaled(model, k):
     return scaled
 
 
-def _check_transforms(model, X, y, **options):
+def _check_transforms(model, X, y, parameter_atol=1e-9, **options):
     """jit(vmap) over two initializations == a Python loop; d/dk of the path at a fixed clock
     (through the solve) == central finite differences."""
     options = dict(rtol=1e-10, atol=1e-12, throw=False, save_at=jnp.array([T_PATH]), **options)
@@ -54,7 +54,7 @@ def _check_transforms(model, X, y, **options):
         for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(sol.model, eqx.is_inexact_array)),
                         jax.tree_util.tree_leaves(eqx.filter(batched.model,
                                                              eqx.is_inexact_array))):
-            np.testing.assert_allclose(b[i], a, rtol=1e-7, atol=1e-9)
+            np.testing.assert_allclose(b[i], a, rtol=1e-7, atol=parameter_atol)
 
     weights = jax.random.normal(jax.random.key(3), (X.shape[0],))
 
@@ -77,11 +77,15 @@ def test_every_model_under_jit_vmap_grad(name):
 
 @pytest.mark.parametrize("name", sorted(set(FLOWS) - {"gradient"}))  # gradient: above
 def test_every_flow_under_jit_vmap_grad(name):
-    # One explicit phase to the target: the flows differ in the vector field (preconditioner,
-    # speed, clock), which both phases share; the implicit tail under the transforms is
-    # checked for every model above.
+    # One explicit phase: the flows differ in the vector field (preconditioner, speed, clock),
+    # which both phases share; the implicit tail under the transforms is checked for every
+    # model above. Tsit5 alone cannot follow the stiff tail to the default 1e-24 target, so it
+    # stops at 1e-12 of the zero predictor's loss, ~1e-6 (relative) from the limit: batched
+    # round-off moves that stopping point by ~1e-8, hence the parameter tolerance.
     model, X, y, loss, target = MODELS["two-layer-tanh"]
-    _check_transforms(model, X, y, flow=FLOWS[name], stiff_solver=None)
+    target = 1e-12 * 0.5 * float(jnp.mean(y**2))
+    _check_transforms(model, X, y, flow=FLOWS[name], stiff_solver=None, target_loss=target,
+                      parameter_atol=1e-7)
 
 
 def test_plain_equinox_module_reaches_the_closed_form_limit(getkey):

@@ -46,7 +46,8 @@ def test_invariants_are_conserved(name, getkey):
         model = eqx.tree_at(lambda m: m.a, model, jnp.abs(model.a))
         y = jnp.abs(y) + 0.1
     ts = jnp.linspace(0.0, 5.0, 11)
-    sol = ibflow.integrate(model, X, y, save_at=ts, formulation=ibflow.ParameterSpace(), rtol=1e-12, throw=False)
+    sol = ibflow.integrate(model, X, y, save_at=ts, formulation=ibflow.ParameterSpace(),
+                           rtol=1e-12, throw=False)
     for leaf0, leaf_t in zip(jax.tree_util.tree_leaves(model.invariants()),
                              jax.tree_util.tree_leaves(sol.trajectory.invariants)):
         valid = jnp.isfinite(leaf_t.reshape(len(ts), -1)).all(axis=1)
@@ -85,7 +86,8 @@ def test_reduced_and_parameter_dynamics_agree(getkey):
     reduced = ibflow.integrate(model, X, y, formulation=ibflow.Reduction())
     full = ibflow.integrate(model, X, y, formulation=ibflow.ParameterSpace())
     assert relative(reduced.predictor, full.predictor) <= 1e-9
-    for a, b in zip(jax.tree_util.tree_leaves(reduced.model), jax.tree_util.tree_leaves(full.model)):
+    for a, b in zip(jax.tree_util.tree_leaves(reduced.model),
+                    jax.tree_util.tree_leaves(full.model)):
         assert relative(a, b) <= 1e-8
 
 

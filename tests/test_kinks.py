@@ -103,7 +103,8 @@ def test_warped_and_mirror_flows_slide_to_the_same_limit():
     potential with η = 2 run the gradient flow's path at other speeds: same slides, same limit
     (argmin Q, the independent reference)."""
     m, X, y = _sliding_problem()
-    flows = [ibflow.GradientFlow(), ibflow.WarpedFlow(ibflow.GradientFlow(), lambda m, L: jnp.abs(m.a)),
+    flows = [ibflow.GradientFlow(),
+             ibflow.WarpedFlow(ibflow.GradientFlow(), lambda m, L: jnp.abs(m.a)),
              ibflow.MirrorFlow(ibflow.QuadraticPotential(0.5), learning_rate=2.0)]
     ref = None
     for flow in flows:

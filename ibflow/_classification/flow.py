@@ -30,8 +30,8 @@ def _inverse_loss(model, loss):
 
 
 #: The deprecated ``clock=`` strings and the flows that replace them.
-CLOCKS = {"log-loss": LossClock(GradientFlow()), "warped": WarpedFlow(GradientFlow(), _inverse_loss),
-          "time": GradientFlow()}
+CLOCKS = {"log-loss": LossClock(GradientFlow()),
+          "warped": WarpedFlow(GradientFlow(), _inverse_loss), "time": GradientFlow()}
 
 
 def classification_flow(

@@ -66,7 +66,8 @@ def limit_point(
     - `checkpoints`: solve route, number of checkpoints of the reverse pass.
     - `throw`: raise when the computation did not converge (otherwise read `converged`).
     - `**integrate_options`: solve route, passed to `ibflow.integrate` (e.g.
-      ``formulation=ibflow.ParameterSpace()`` to integrate the parameters rather than a closed-form reduction).
+      ``formulation=ibflow.ParameterSpace()`` to integrate the parameters rather than a
+      closed-form reduction).
     """
     if not isinstance(model, AbstractPredictorModel):
         raise ValueError(f"limit_point needs a model with a predictor; got {type(model).__name__}.")

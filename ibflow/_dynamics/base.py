@@ -48,3 +48,11 @@ class AbstractDynamics(eqx.Module):
         """The vector field's Jacobian at ``state`` in a structured form for the implicit tail
         (dense n × n, or low rank ``−U V`` with V = ∂outputs/∂θ, THEORY §8.1), or None when the
         dynamics offers none (the tail then differentiates the vector field itself)."""
+
+
+class AbstractConvexGradientDynamics(AbstractDynamics):
+    """A capability: the state is a vector, the vector field is the negative gradient (times a
+    positive constant) of a strictly convex function, and `linearization` returns its dense
+    Jacobian (`DenseJacobian`). The flow then converges from every state to the one root of the
+    vector field, so its tail can be finished by Newton's method (`EquilibriumNewton`) instead of
+    being integrated. Example: the diagonal net's n-dim reduction (THEORY §2.3)."""

@@ -6,10 +6,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._tail.jacobian import DenseJacobian
-from .base import AbstractDynamics
+from .base import AbstractConvexGradientDynamics
 
 
-class DiagonalReducedDynamics(AbstractDynamics):
+class DiagonalReducedDynamics(AbstractConvexGradientDynamics):
     """Gradient flow of the diagonal net on the square loss, reduced to ``ν ∈ ℝⁿ``.
 
     By THEORY §2.3, ``w(t) = P e^ρ − N e^{−ρ}`` with ``ρ = Xᵀν`` and
@@ -20,6 +20,10 @@ class DiagonalReducedDynamics(AbstractDynamics):
     ``K = P + N``): the same function without the cancellation of ``P e^ρ − N e^{−ρ}`` when
     ``P ≈ N`` are huge (α = 1e30). The Jacobian is closed form (THEORY §8.1):
     ``−(2/n) X diag(w₀ sinh ρ + K cosh ρ) Xᵀ``, one n²d product instead of n JVPs.
+
+    It is the gradient flow ``ν̇ = −(2/n)∇D(ν)`` of the strictly convex dual
+    ``D(ν) = Σⱼ Pⱼ e^{ρⱼ} + Nⱼ e^{−ρⱼ} − ⟨y, ν⟩`` (P, N ≥ 0, X of full row rank), so its tail
+    can be finished by Newton's method (`AbstractConvexGradientDynamics`).
     """
 
     initial: eqx.Module  # a DiagonalNet

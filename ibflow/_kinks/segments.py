@@ -70,7 +70,8 @@ def solve_segments(
 
     # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
     # in the interpolated state could fail).
-    event = dfx.Event(scaled_event_value, root_finder=optx.Bisection(rtol=1e-14, atol=1e-12, flip=True),
+    event = dfx.Event(scaled_event_value,
+                      root_finder=optx.Bisection(rtol=1e-14, atol=1e-12, flip=True),
                       direction=False)
     term = dfx.ODETerm(dynamics.vector_field)
     controller = dfx.PIDController(rtol=rtol, atol=atol)

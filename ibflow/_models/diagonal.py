@@ -50,7 +50,8 @@ class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducible
                 raise ValueError("pass dim=d when scale and shape are both scalars.")
             d = (dim,)
         elif len(d) != 1 or (dim is not None and d != (dim,)):
-            raise ValueError(f"scale/shape must be scalars or vectors of length dim; got shape {d}.")
+            raise ValueError(f"scale/shape must be scalars or vectors of length dim; got shape "
+                             f"{d}.")
         v0, u0 = layer_norms(jnp.broadcast_to(alpha, d), jnp.broadcast_to(s, d))
         return cls(u0, v0, u0, v0)
 

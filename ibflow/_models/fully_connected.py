@@ -47,7 +47,8 @@ class FullyConnectedNet(AbstractLinearModel, AbstractInvariantModel):
         if alpha.ndim > 1 or s.ndim > 1 or (alpha.ndim and alpha.shape != (width,)) or (
             s.ndim and s.shape != (width,)):
             raise ValueError(f"scale/shape must be scalars or vectors of length width={width}.")
-        a_norm, w_norm = layer_norms(jnp.broadcast_to(alpha, (width,)), jnp.broadcast_to(s, (width,)))
+        a_norm, w_norm = layer_norms(jnp.broadcast_to(alpha, (width,)),
+                                     jnp.broadcast_to(s, (width,)))
         kdir, ksign = jax.random.split(key)
         half = width // 2 if symmetric else width
         directions = jax.random.normal(kdir, (half, dim))

@@ -55,10 +55,8 @@ RELATIVE_TARGET = 1e-12
 SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
 
 
-def settings(full: bool, small: bool = False) -> dict:
-    """Widths and seeds: `small` for the notebook smoke test, default ≤ ~2 min, `full` larger."""
-    if small:
-        return dict(widths=[64, 256], seeds=1, gd_width=128)
+def settings(full: bool) -> dict:
+    """Widths and seeds: default ≤ ~2 min, `full` larger."""
     if full:
         return dict(widths=[64, 128, 256, 512, 1024, 2048, 4096, 8192], seeds=4, gd_width=4096)
     return dict(widths=[64, 128, 256, 512, 1024, 2048], seeds=2, gd_width=1024)
@@ -148,8 +146,8 @@ def _error_panel(widths, errors, slope, title):
     return draw
 
 
-def run_relu(out: Path, full: bool, small: bool = False) -> dict:
-    cfg = settings(full, small)
+def run_relu(out: Path, full: bool) -> dict:
+    cfg = settings(full)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
     g = relu_variational(X_DATA, Y_DATA, bias=BIAS)
@@ -213,8 +211,8 @@ def run_relu(out: Path, full: bool, small: bool = False) -> dict:
     return summary
 
 
-def run_abs(out: Path, full: bool, small: bool = False) -> dict:
-    cfg = settings(full, small)
+def run_abs(out: Path, full: bool) -> dict:
+    cfg = settings(full)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
     sols = [abs_variational(ABS_X, ABS_Y, potential=PolynomialPotential(*c), bias=BIAS)

@@ -1,0 +1,115 @@
+"""The Newton tail of flows with one attracting equilibrium (`ibflow.EquilibriumNewton`), checked
+against the implicit Runge–Kutta tail (a second algorithm that integrates the path), the
+diagonal net's 4d-parameter ODE (no reduction involved) and finite differences."""
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ibflow
+from ibflow._integrate import DEFAULT_NEWTON_SWITCH
+
+from .helpers import random_problem, relative
+
+
+def _problem(getkey, n=10, d=50):
+    return random_problem(getkey(), n=n, d=d)
+
+
+@pytest.mark.parametrize("scale, shape", [(1e-4, 0.0), (1e-2, 0.5), (0.3, 0.9)])
+def test_newton_tail_limit_equals_the_integrated_tail(getkey, scale, shape):
+    X, y = _problem(getkey)
+    model = ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=X.shape[1])
+    newton = ibflow.integrate(model, X, y)  # "auto": Newton for the reduction
+    integrated = ibflow.integrate(model, X, y, stiff_solver=dfx.Kvaerno5(), rtol=1e-12,
+                                  atol=1e-16)
+    assert newton.status == ibflow.Status.converged
+    assert float(newton.loss) <= float(newton.target_loss)
+    assert relative(newton.predictor, integrated.predictor) <= 1e-10
+    # The Newton iterations are few: the switch leaves the state in Newton's quadratic basin.
+    assert int(newton.steps) < int(integrated.steps)
+
+
+def test_newton_tail_limit_equals_the_parameter_ode(getkey):
+    """Through the 4d parameters (no closed form, no Newton) the flow reaches the same limit."""
+    X, y = _problem(getkey, n=8, d=30)
+    model = ibflow.DiagonalNet.from_scale_shape(0.05, 0.3, dim=30)
+    newton = ibflow.integrate(model, X, y)
+    parameters = ibflow.integrate(model, X, y, formulation=ibflow.ParameterSpace())
+    assert parameters.status == ibflow.Status.converged
+    assert relative(newton.predictor, parameters.predictor) <= 1e-10
+
+
+def test_newton_tail_under_vmap_equals_a_loop(getkey):
+    X, y = _problem(getkey)
+    scales = jnp.array([1e-3, 3e-2, 0.5])
+
+    def run(a):
+        model = ibflow.DiagonalNet.from_scale_shape(a, 0.2, dim=X.shape[1])
+        return ibflow.integrate(model, X, y, throw=False)
+
+    batched = eqx.filter_jit(jax.vmap(run))(scales)
+    for i, a in enumerate(scales):
+        sol = run(a)
+        assert int(batched.status._value[i]) == int(ibflow.Status.converged._value)
+        np.testing.assert_allclose(batched.predictor[i], sol.predictor, rtol=1e-10, atol=1e-13)
+
+
+def test_gradient_through_the_newton_tail_matches_finite_differences(getkey):
+    X, y = _problem(getkey)
+    weights = jax.random.normal(getkey(), (X.shape[1],))
+
+    def objective(log_scale):
+        model = ibflow.DiagonalNet.from_scale_shape(jnp.exp(log_scale), 0.4, dim=X.shape[1])
+        return jnp.dot(weights, ibflow.integrate(model, X, y).predictor)
+
+    x0, h = jnp.log(1e-2), 1e-5
+    grad = float(jax.grad(objective)(x0))
+    fd = (float(objective(x0 + h)) - float(objective(x0 - h))) / (2 * h)
+    assert abs(grad - fd) <= 1e-6 * max(1.0, abs(fd)), (grad, fd)
+
+
+def test_target_below_roundoff_stalls_honestly(getkey):
+    """Target 0 cannot be reached in floating point: Newton finds no decrease at the round-off
+    floor and says so (`stalled`), after a few iterations, never `converged`."""
+    X, y = _problem(getkey)
+    model = ibflow.DiagonalNet.from_scale_shape(1e-2, 0.0, dim=X.shape[1])
+    sol = ibflow.integrate(model, X, y, target_loss=0.0, throw=False)
+    assert sol.status == ibflow.Status.stalled, ibflow.Status[sol.status]
+    assert float(sol.loss) < 1e-26
+    assert int(sol.steps) < 2_000
+
+
+def test_newton_tail_is_refused_where_it_does_not_apply(getkey):
+    X, y = _problem(getkey)
+    fc = ibflow.FullyConnectedNet.from_scale_shape(0.3, 0.2, dim=X.shape[1], key=getkey())
+    with pytest.raises(ValueError, match="stiff_solver"):
+        ibflow.integrate(fc, X, y, stiff_solver=ibflow.EquilibriumNewton())
+    diagonal = ibflow.DiagonalNet.from_scale_shape(1e-2, 0.0, dim=X.shape[1])
+    with pytest.raises(ValueError, match="save_at"):
+        ibflow.integrate(diagonal, X, y, stiff_solver=ibflow.EquilibriumNewton(),
+                         save_at=jnp.array([1.0, 2.0]))
+    # "auto" with save_at integrates the path (Kvaerno5), so a point after the switch (where
+    # the Newton tail would have left the path) is filled, with a loss below the switch level.
+    switch = float(ibflow.integrate(diagonal, X, y).time)  # Newton: the time of the switch
+    sol = ibflow.integrate(diagonal, X, y, save_at=jnp.array([0.5 * switch, 1.5 * switch]))
+    assert bool(jnp.all(jnp.isfinite(sol.trajectory.loss)))
+    switch_level = DEFAULT_NEWTON_SWITCH * 0.5 * float(jnp.mean(y**2))
+    assert float(sol.trajectory.loss[1]) < switch_level
+
+
+def test_early_stop_target_is_reached_on_the_path(getkey):
+    """A target above the limit level is an early stop: the explicit phase reaches it on the path
+    (same point as the integrated tail's), Newton is not used."""
+    X, y = _problem(getkey)
+    model = ibflow.DiagonalNet.from_scale_shape(1e-3, 0.0, dim=X.shape[1])
+    target = 1e-6 * 0.5 * float(jnp.mean(y**2))  # below the Newton switch level (1e-4)
+    early = ibflow.integrate(model, X, y, target_loss=target)
+    path = ibflow.integrate(model, X, y, target_loss=target, stiff_solver=None, rtol=1e-6,
+                            atol=1e-10)
+    assert early.status == ibflow.Status.converged
+    assert float(early.loss) > 1e-3 * target  # not polished to the limit
+    assert relative(early.predictor, path.predictor) <= 1e-12
