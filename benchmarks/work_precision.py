@@ -33,6 +33,7 @@ import os
 import sys
 import time
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -71,7 +72,7 @@ class Settings:
             return cls(
                 small=True, cap_s=cap_s or 3.0, full_budget_s=math.inf,
                 ibflow=[("default options", {}, None),
-                        ("rtol 1e-6, target 1e-12·L₀", dict(rtol=1e-6, atol=1e-10), 1e-12)],
+                        ("early stop at 1e-12·L₀ (explicit phase on the path)", {}, 1e-12)],
                 scipy=[(1e-6, 1e-10), (1e-10, 1e-18)],
                 scipy_methods=("DOP853", "LSODA", "Radau", "BDF"),
                 gd_steps=(8e-3, 4e-3), gd_target_rel=1e-10,
@@ -86,12 +87,13 @@ class Settings:
         mid = np.flatnonzero(np.isclose(p.alphas, np.unique(p.alphas)[n_scales // 2]))
         return cls(
             small=False, cap_s=cap_s or 40.0, full_budget_s=25.0,
-            ibflow=[("default options", {}, None),
-                    ("rtol 1e-6 (reproductions), default target", dict(rtol=1e-6, atol=1e-10),
-                     None),
-                    ("rtol 1e-6, target 1e-16·L₀", dict(rtol=1e-6, atol=1e-10), 1e-16),
-                    ("rtol 1e-6, target 1e-12·L₀", dict(rtol=1e-6, atol=1e-10), 1e-12),
-                    ("rtol 1e-6, target 1e-8·L₀", dict(rtol=1e-6, atol=1e-10), 1e-8)],
+            ibflow=[("default options (Newton tail)", {}, None),
+                    ("Newton tail, switch at 1e-2·L₀", dict(stiff_switch=1e-2), None),
+                    ("Newton tail, path rtol 1e-10", dict(rtol=1e-10, atol=1e-14), None),
+                    ("Kvaerno5 tail (integrated), rtol 1e-6, switch 1e-8·L₀",
+                     dict(stiff_solver=diffrax.Kvaerno5(), rtol=1e-6, atol=1e-10), None),
+                    ("early stop at 1e-12·L₀ (path, rtol 1e-6)", {}, 1e-12),
+                    ("early stop at 1e-8·L₀ (path, rtol 1e-6)", {}, 1e-8)],
             scipy=[(1e-6, 1e-10), (1e-8, 1e-14), (1e-10, 1e-18), (1e-12, 1e-24)],
             scipy_methods=("DOP853", "LSODA", "Radau", "BDF"),
             gd_steps=(2e-3, 1e-3, 5e-4), gd_target_rel=1e-16,

@@ -5,10 +5,28 @@ cannot be inspected at trace time, so the same check becomes an ``eqx.error_if``
 (STYLE.md, "Errors").
 """
 
+import contextlib
+import contextvars
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+_ON_ERROR = contextvars.ContextVar("ibflow_on_error", default="default")
+
+
+@contextlib.contextmanager
+def traced_errors_as_nan():
+    """Within this context, a failed runtime check on a traced value returns NaN (the result's
+    status then says `nonfinite`) instead of raising through a host callback. Sweeps trace their
+    batch in it: one bad member does not stop the batch, and a program without host callbacks
+    can be stored in JAX's persistent compilation cache (one with them never is)."""
+    token = _ON_ERROR.set("nan")
+    try:
+        yield
+    finally:
+        _ON_ERROR.reset(token)
 
 
 def is_traced(x) -> bool:
@@ -18,7 +36,7 @@ def is_traced(x) -> bool:
 def _check(x, bad_fn, message: str):
     """Raise ``ValueError(message)`` where ``bad_fn(x)`` holds; returns ``x`` (possibly wrapped)."""
     if is_traced(x):
-        return eqx.error_if(x, bad_fn(jnp.asarray(x)), message)
+        return eqx.error_if(x, bad_fn(jnp.asarray(x)), message, on_error=_ON_ERROR.get())
     if bool(np.any(bad_fn(np.asarray(x)))):
         raise ValueError(message)
     return x

@@ -186,8 +186,9 @@ def integrate(
       itself, never by Newton.
     - `max_steps` ≥ 1 (a Python int): the total step budget over all phases (accepted and
       rejected steps); `t_max` > 0: the largest clock value. Running out of either gives
-      `Status.budget_exhausted`; a clock that stops advancing (chattering at a kink) gives
-      `Status.stalled` after a few thousand steps.
+      `Status.budget_exhausted`; a clock that stops advancing (less than 1e-6 relative over
+      4096 steps) gives `Status.stalled`. Chattering at a kink that still advances the clock
+      slowly runs until the budget (100 000 steps: ~13 s on a d = 30 sliding leaky neuron).
     - `save_at`: increasing clock values at which to record the `Trajectory`.
     - `formulation`: `PreferReduction()` (default: a closed-form reduction when the model
       offers one, e.g. the diagonal net's n-dim ODE of THEORY §2.3), `ParameterSpace()` or

@@ -9,6 +9,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .. import _checks
 from .._integrate import integrate
 from .._models.base import AbstractPredictorModel
 
@@ -78,6 +79,7 @@ class Executor:
         arrays = (dataset["X"], dataset["y"], X_test, y_test,
                   {k: jnp.asarray(v) for k, v in refs.items()})
         arrays = jax.device_put(jax.tree_util.tree_map(jnp.asarray, arrays), self._replicated)
-        out = _integrate_batch(self.build, self.options, self.option_axes, self.references,
-                               self.has_test, params, *arrays)
+        with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
+            out = _integrate_batch(self.build, self.options, self.option_axes, self.references,
+                                   self.has_test, params, *arrays)
         return {k: np.asarray(v) for k, v in out.items()}
