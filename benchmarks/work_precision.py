@@ -92,8 +92,10 @@ class Settings:
                     ("Newton tail, path rtol 1e-10", dict(rtol=1e-10, atol=1e-14), None),
                     ("Kvaerno5 tail (integrated), rtol 1e-6, switch 1e-8·L₀",
                      dict(stiff_solver=diffrax.Kvaerno5(), rtol=1e-6, atol=1e-10), None),
-                    ("early stop at 1e-12·L₀ (path, rtol 1e-6)", {}, 1e-12),
-                    ("early stop at 1e-8·L₀ (path, rtol 1e-6)", {}, 1e-8)],
+                    ("early stop at 1e-12·L₀ (path, Kvaerno5 tail, rtol 1e-6)",
+                     dict(rtol=1e-6, atol=1e-10), 1e-12),
+                    ("early stop at 1e-8·L₀ (path, rtol 1e-6)", dict(rtol=1e-6, atol=1e-10),
+                     1e-8)],
             scipy=[(1e-6, 1e-10), (1e-8, 1e-14), (1e-10, 1e-18), (1e-12, 1e-24)],
             scipy_methods=("DOP853", "LSODA", "Radau", "BDF"),
             gd_steps=(2e-3, 1e-3, 5e-4), gd_target_rel=1e-16,
@@ -417,8 +419,15 @@ def plot(points, path, title):
             x = [max(getattr(q, key), 1e-17) for q in qs]
             y = [q.wall_s for q in qs]
             ib = m == "ibflow.sweep"
-            ax.plot(x, y, "-", color="black" if ib else cmap(j % 10), lw=2.8 if ib else 1.2,
-                    label=m, zorder=5 if ib else 2)
+            # The line is the method's front: settings that no other setting of it beats in
+            # both error and time (the others are drawn as points only).
+            front, best = [], math.inf
+            for xi, yi in zip(x, y):
+                if yi < best:
+                    front.append((xi, yi))
+                    best = yi
+            ax.plot(*zip(*front), "-", color="black" if ib else cmap(j % 10),
+                    lw=2.8 if ib else 1.2, label=m, zorder=5 if ib else 2)
             for q, xi, yi in zip(qs, x, y):
                 ax.plot(xi, yi, "*" if q.default else "o", ms=14 if q.default else 5,
                         color="black" if ib else cmap(j % 10),
@@ -450,9 +459,12 @@ def small_problem() -> C.Problem:
     return C.Problem(np.asarray(data.X), np.asarray(data.y), alphas, shapes, True)
 
 
-def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None) -> dict:
+def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None,
+        reuse_peers: bool = False) -> dict:
     """Run the benchmark, write ``work_precision.{md,png}`` under `out_dir`; returns
-    ``dict(points, ratios, markdown, paths)``."""
+    ``dict(points, ratios, markdown, paths)``. With `reuse_peers`, only ibflow's rows are measured
+    and the peers' rows are taken from the ``work_precision.json`` already in `out_dir` (their
+    run's date is kept in the machine line)."""
     log = log or (lambda msg: print(f"[work_precision] {msg}", file=sys.stderr, flush=True))
     t_start = time.perf_counter()
     machine = C.machine()
@@ -463,8 +475,15 @@ def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None) -> d
     ref = reference(p) | dict(how="ibflow.minimize_regularizer", size=p.size)
     log(f"reference: {ref['seconds']:.3g} s, cross-check {ref['cross_check']:.1e}")
     points = run_ibflow(p, ref["w"], s, log)
-    points += run_scipy(p, ref["w"], s, log)
-    points += run_gd(p, ref["w"], s, log)
+    if reuse_peers:
+        with open(os.path.join(out_dir, "work_precision.json")) as f:
+            saved = json.load(f)
+        points += [Point(**q) for q in saved["points"] if q["method"] != "ibflow.sweep"]
+        machine["peers measured"] = saved["machine"].get("peers measured",
+                                                         saved["machine"]["date (UTC)"])
+    else:
+        points += run_scipy(p, ref["w"], s, log)
+        points += run_gd(p, ref["w"], s, log)
     ratios = ratio_rows(points)
     machine["benchmark wall time [s]"] = round(time.perf_counter() - t_start, 1)
     md = markdown(points, ratios, ref, machine)
@@ -489,6 +508,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=float, default=None,
                     help="wall-time cap in seconds per setting of a peer method "
                          "(default 40, small 3)")
+    ap.add_argument("--reuse-peers", action="store_true",
+                    help="measure only ibflow's rows; take the peers' from DIR/work_precision.json")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw DIR/work_precision.png from DIR/work_precision.json")
     args = ap.parse_args(argv)
@@ -500,7 +521,7 @@ def main(argv=None) -> int:
         plot(points, os.path.join(args.out, "work_precision.png"),
              f"Work–precision, {m['problem']} ({m['date (UTC)']})")
         return 0
-    res = run(args.small, args.out, cap_s=args.cap)
+    res = run(args.small, args.out, cap_s=args.cap, reuse_peers=args.reuse_peers)
     print(res["markdown"])
     print("written: " + ", ".join(res["paths"].values()), file=sys.stderr)
     return 0

@@ -106,17 +106,20 @@ def _check_model(model, X):
         raise ValueError(f"model(x) must return a scalar; got shape {out.shape}.")
 
 
-def _stiff_solver(stiff_solver, dynamics, save_at):
+def _stiff_solver(stiff_solver, dynamics, save_at, default_target):
     """The tail strategy. ``"auto"``: Newton to the equilibrium where the dynamics has a unique
-    attracting one and no trajectory is asked for (the path after the switch is then not
-    needed); else Kvaerno5 with the dynamics' structured Jacobian (dense for reductions, low
-    rank by Woodbury in parameter space): no size cutoff, no p × p matrix."""
+    attracting one, no trajectory is asked for and the target is the default one (the limit):
+    the path after the switch is then not needed. Otherwise Kvaerno5 with the dynamics'
+    structured Jacobian (dense for reductions, low rank by Woodbury in parameter space): no size
+    cutoff, no p × p matrix; it follows the path, so a target of one's own (an early stop deep
+    in the stiff tail) is met on the path."""
     unique = isinstance(dynamics, AbstractConvexGradientDynamics)
     if isinstance(stiff_solver, str):
         if stiff_solver != "auto":
             raise ValueError("stiff_solver must be a Diffrax solver, ibflow.EquilibriumNewton(), "
                              "None or 'auto'.")
-        return EquilibriumNewton() if unique and save_at is None else dfx.Kvaerno5()
+        newton = unique and save_at is None and default_target
+        return EquilibriumNewton() if newton else dfx.Kvaerno5()
     if isinstance(stiff_solver, EquilibriumNewton):
         if not unique:
             raise ValueError("stiff_solver=EquilibriumNewton() needs dynamics with one attracting "
@@ -174,7 +177,8 @@ def integrate(
       ``L ≤ stiff_switch · mean(y²)/2`` (and not before the target) the solve continues with
       `stiff_solver` (default `stiff_switch`: 1e-8, or 1e-4 with the Newton tail).
       ``"auto"``: for dynamics with one attracting equilibrium (the diagonal
-      net's reduction: a gradient flow of a strictly convex dual) and no `save_at`,
+      net's reduction: a gradient flow of a strictly convex dual), no `save_at` and the
+      default `target_loss` (the limit),
       `EquilibriumNewton()` finishes the tail by damped Newton on the vector field (its limit
       does not depend on the path); otherwise Kvaerno5 whose stage equations use the dynamics'
       structured Jacobian: the closed form for reductions, the Gauss–Newton low-rank form ``J``
@@ -216,6 +220,7 @@ def integrate(
     if not isinstance(throw, bool) or not isinstance(progress, bool):
         raise ValueError("throw and progress must be True or False.")
     loss_scale = 0.5 * jnp.mean(jnp.asarray(y) ** 2)
+    default_target = target_loss is None
     if target_loss is None:
         target_loss = DEFAULT_RELATIVE_TARGET * loss_scale
     if save_at is not None:
@@ -225,7 +230,7 @@ def integrate(
         save_at = _checks.finite(save_at, "save_at")
     formulation = _formulation(method, formulation)
     dynamics = formulation.dynamics(model, X, y, flow, loss)
-    tail = _stiff_solver(stiff_solver, dynamics, save_at)
+    tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target)
     rtol, atol = _default_tolerances(rtol, atol, tail)
     if stiff_switch is None:
         newton = isinstance(tail, EquilibriumNewton)

@@ -70,3 +70,24 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path):
     # Already configured in this process (by import ibflow or the user): left as it is.
     assert _cache.enable_compilation_cache() == jax.config.jax_compilation_cache_dir or (
         jax.config.jax_compilation_cache_dir is None)
+
+
+SWEEP = """
+import jax, jax.numpy as jnp, ibflow
+X = jax.random.normal(jax.random.key(0), (3, 6)); y = jnp.array([1.0, -0.5, 0.2])
+build = lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=6)
+res = ibflow.sweep(build, ibflow.Grid(scale=[0.1, 0.3], shape=[0.0]), (X, y), progress=False,
+                   references=())
+assert res.converged.all()
+"""
+
+
+def test_sweep_program_is_written_to_the_cache(tmp_path):
+    """The sweep's batch holds no host callback (its runtime checks are traced as NaN), so its
+    compiled program is stored; JAX would skip it ("uses host callbacks") otherwise."""
+    cache = tmp_path / "cache"
+    proc = subprocess.run([sys.executable, "-c", SWEEP], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=_env(IBFLOW_CACHE_DIR=str(cache)))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert any(p.name.startswith("jit__integrate_batch") for p in cache.iterdir()), sorted(
+        p.name for p in cache.iterdir())

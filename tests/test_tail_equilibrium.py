@@ -77,7 +77,8 @@ def test_target_below_roundoff_stalls_honestly(getkey):
     floor and says so (`stalled`), after a few iterations, never `converged`."""
     X, y = _problem(getkey)
     model = ibflow.DiagonalNet.from_scale_shape(1e-2, 0.0, dim=X.shape[1])
-    sol = ibflow.integrate(model, X, y, target_loss=0.0, throw=False)
+    sol = ibflow.integrate(model, X, y, target_loss=0.0, throw=False,
+                           stiff_solver=ibflow.EquilibriumNewton())
     assert sol.status == ibflow.Status.stalled, ibflow.Status[sol.status]
     assert float(sol.loss) < 1e-26
     assert int(sol.steps) < 2_000
@@ -102,14 +103,20 @@ def test_newton_tail_is_refused_where_it_does_not_apply(getkey):
 
 
 def test_early_stop_target_is_reached_on_the_path(getkey):
-    """A target above the limit level is an early stop: the explicit phase reaches it on the path
-    (same point as the integrated tail's), Newton is not used."""
+    """A target of one's own is met on the path: "auto" then integrates the tail (Kvaerno5), and
+    an explicit `EquilibriumNewton` leaves a target above its limit level to the explicit phase;
+    both give the path's point, not the limit."""
     X, y = _problem(getkey)
     model = ibflow.DiagonalNet.from_scale_shape(1e-3, 0.0, dim=X.shape[1])
     target = 1e-6 * 0.5 * float(jnp.mean(y**2))  # below the Newton switch level (1e-4)
-    early = ibflow.integrate(model, X, y, target_loss=target)
+    early = ibflow.integrate(model, X, y, target_loss=target, rtol=1e-6, atol=1e-10,
+                             stiff_solver=ibflow.EquilibriumNewton())
     path = ibflow.integrate(model, X, y, target_loss=target, stiff_solver=None, rtol=1e-6,
                             atol=1e-10)
     assert early.status == ibflow.Status.converged
     assert float(early.loss) > 1e-3 * target  # not polished to the limit
     assert relative(early.predictor, path.predictor) <= 1e-12
+    auto = ibflow.integrate(model, X, y, target_loss=1e-14 * 0.5 * float(jnp.mean(y**2)))
+    limit = ibflow.integrate(model, X, y)
+    assert auto.status == ibflow.Status.converged
+    assert 1e-9 < relative(auto.predictor, limit.predictor) < 1e-4  # a path point, not the limit

@@ -64,7 +64,11 @@ def sweep(
     - `progress`: a progress bar over chunks. `devices`: devices to shard the member axis over
       (default ``jax.devices()``).
     - `**integrate_options`: every other keyword goes to ``ibflow.integrate`` unchanged. Every
-      member gets its own status; one failing member never stops the sweep.
+      member gets its own status; one failing member never stops the sweep. Runtime checks on
+      traced values (e.g. a shape outside (−1, 1) reaching ``from_scale_shape``) turn that
+      member's values into NaN, so its status is `nonfinite`, instead of raising: the batch
+      then holds no host callback and its compiled program is stored in the persistent
+      compilation cache (README, "Compilation cache").
     """
     options = _plan.integrate_options(integrate)
     _plan.check_options(integrate_options, options)
