@@ -132,13 +132,12 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target):
     return _solver(stiff_solver, "stiff_solver", allow_none=True)
 
 
-def _default_tolerances(rtol, atol, tail):
-    newton = isinstance(tail, EquilibriumNewton)
-    if rtol is None:
-        rtol = DEFAULT_NEWTON_RTOL if newton else DEFAULT_RTOL
-    if atol is None:
-        atol = DEFAULT_NEWTON_ATOL if newton else DEFAULT_ATOL
-    return rtol, atol
+def _path_defaults(rtol, atol, stiff_switch, tail):
+    """``rtol``, ``atol`` and ``stiff_switch`` with None replaced by the tail's defaults."""
+    defaults = ((DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL, DEFAULT_NEWTON_SWITCH)
+                if isinstance(tail, EquilibriumNewton)
+                else (DEFAULT_RTOL, DEFAULT_ATOL, DEFAULT_STIFF_SWITCH))
+    return tuple(d if v is None else v for v, d in zip((rtol, atol, stiff_switch), defaults))
 
 
 def integrate(
@@ -231,10 +230,7 @@ def integrate(
     formulation = _formulation(method, formulation)
     dynamics = formulation.dynamics(model, X, y, flow, loss)
     tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target)
-    rtol, atol = _default_tolerances(rtol, atol, tail)
-    if stiff_switch is None:
-        newton = isinstance(tail, EquilibriumNewton)
-        stiff_switch = DEFAULT_NEWTON_SWITCH if newton else DEFAULT_STIFF_SWITCH
+    rtol, atol, stiff_switch = _path_defaults(rtol, atol, stiff_switch, tail)
     options = SolveOptions(
         rtol=_option(rtol, "rtol", positive=True), atol=_option(atol, "atol", allow_zero=True),
         target_loss=_option(target_loss, "target_loss", allow_zero=True),
