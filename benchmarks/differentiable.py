@@ -94,7 +94,7 @@ def main(argv: list[str]) -> None:
     if "implicit" in which:
         print(implicit_cost(**({"n": 10, "d": 40} if quick else {})), flush=True)
     if "memory" in which:
-        print(checkpoint_memory(**({"d": 20, "alpha": 0.1, "checkpoints": (4,), "max_steps": 4000}
+        print(checkpoint_memory(**({"d": 20, "alpha": 0.1, "checkpoints": (), "max_steps": 4000}
                                    if quick else {})), flush=True)
 
 

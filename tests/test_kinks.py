@@ -101,26 +101,30 @@ def _sliding_problem():
 def test_warped_and_mirror_flows_slide_to_the_same_limit():
     """A positive scalar warp (g = |a|, THEORY §2.4) and the mirror flow of the quadratic
     potential with η = 2 run the gradient flow's path at other speeds: same slides, same limit
-    (argmin Q, the independent reference)."""
+    (argmin Q, the independent reference). A switch budget of 2 on the same problem ends
+    `unresolved_switching` after exactly 2 switches (the budget is traced: same program)."""
     m, X, y = _sliding_problem()
     flows = [ibflow.GradientFlow(),
              ibflow.WarpedFlow(ibflow.GradientFlow(), lambda m, L: jnp.abs(m.a)),
              ibflow.MirrorFlow(ibflow.QuadraticPotential(0.5), learning_rate=2.0)]
     ref = None
     for flow in flows:
-        sol, report = integrate_kinked(m, X, y, flow=flow)
+        sol, report = integrate_kinked(m, X, y, flow=flow, throw=False)
+        assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
         assert int(report.slides) >= 1
         if ref is None:
             Q = ibflow.implicit_bias(m, final_sign=jnp.sign(sol.model.a))
             ref = ibflow.minimize_regularizer(Q, X, y).w
+            assert int(report.switches) > 2
         assert _relative(sol.predictor, ref) < 1e-10
 
-
-def test_switch_budget_gives_unresolved_switching():
-    m, X, y = _sliding_problem()
     sol, report = integrate_kinked(m, X, y, max_switches=2, throw=False)
     assert sol.status == ibflow.Status.unresolved_switching
     assert int(report.switches) == 2
+
+
+def test_bad_switch_budget_and_model_are_refused():
+    m, X, y = _sliding_problem()
     with pytest.raises(ValueError, match="max_switches"):
         integrate_kinked(m, X, y, max_switches=0)
     with pytest.raises(ValueError, match="model"):

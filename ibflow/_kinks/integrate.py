@@ -115,5 +115,5 @@ def integrate_kinked(
     return _integrate_kinked(
         dynamics, solver=solver, stiff_solver=stiff_solver, rtol=f(rtol), atol=f(atol),
         target_loss=f(target_loss), stiff_at=f(stiff_switch) * scale, t_max=f(t_max),
-        max_steps=max_steps, max_switches=max_switches,
+        max_steps=max_steps, max_switches=jnp.asarray(max_switches),
         dt0=None if dt0 is None else f(dt0), throw=throw)
