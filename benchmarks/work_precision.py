@@ -88,7 +88,10 @@ class Settings:
         return cls(
             small=False, cap_s=cap_s or 40.0, full_budget_s=25.0,
             ibflow=[("default options (Newton tail)", {}, None),
-                    ("Newton tail, switch at 1e-2·L₀", dict(stiff_switch=1e-2), None),
+                    ("Newton tail, switch at 1e-4·L₀ (the previous default)",
+                     dict(stiff_switch=1e-4), None),
+                    ("Newton tail from the start (switch at 1·L₀)", dict(stiff_switch=1.0),
+                     None),
                     ("Newton tail, path rtol 1e-10", dict(rtol=1e-10, atol=1e-14), None),
                     ("Kvaerno5 tail (integrated), rtol 1e-6, switch 1e-8·L₀",
                      dict(stiff_solver=diffrax.Kvaerno5(), rtol=1e-6, atol=1e-10), None),

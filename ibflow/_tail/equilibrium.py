@@ -105,6 +105,9 @@ def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, bu
     # Zero-valued correction with the implicit-function derivative (module docstring).
     matrix = jax.lax.stop_gradient(dynamics.linearization(jnp.zeros(()), root, None).matrix)
     correction = jnp.linalg.solve(matrix, dynamics.vector_field(jnp.zeros(()), root, None))
+    # A singular Jacobian (X rank-deficient, e.g. n > d: no interpolant, the loss cannot reach
+    # its target) gives a non-finite correction; its value is zero anyway, so keep the state.
+    correction = jnp.where(jnp.isfinite(correction), correction, 0.0)
     root = root - (correction - jax.lax.stop_gradient(correction))
     result = dfx.RESULTS.where(carry.loss <= stop_at, dfx.RESULTS.event_occurred,
                                dfx.RESULTS.where(carry.stuck, dfx.RESULTS.dt_min_reached,
