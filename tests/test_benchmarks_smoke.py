@@ -218,3 +218,19 @@ def test_general_models_vector_fields_match_autodiff():
     grad = np.concatenate([gr.w, gr.b, gr.a, np.atleast_1d(gr.d)])
     phi2 = np.asarray(ibflow.CubicPotential().second_derivative(th - shallow.theta0))
     np.testing.assert_allclose(shallow.rhs(th), -grad / k / phi2, rtol=1e-12, atol=1e-14)
+
+
+def test_fc_sweep_benchmark_small(tmp_path):
+    """``benchmarks.fc_sweep --small`` (issue 12 item 5 at tiny size) runs in-process: every
+    member converges with a final loss ≤ ibflow's default target, and the table and the figure
+    are written."""
+    import numpy as np
+
+    from benchmarks import fc_sweep
+
+    r = fc_sweep.run(small=True, log=lambda s: None)
+    assert r["status"].shape == (2, 3) and np.all(r["status"] == 0)
+    assert np.all(r["loss"] <= r["target"]) and np.all(r["steps"] > 0)
+    paths = fc_sweep.write(r, {"machine": "test"}, str(tmp_path), small=True)
+    assert "| 0.9 | 3 | 3 |" in Path(paths["md"]).read_text()
+    assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
