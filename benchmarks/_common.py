@@ -277,6 +277,20 @@ def write(rows: list[Row], machine: dict[str, Any], out_dir: str) -> dict[str, s
     return paths
 
 
+def write_report(out_dir: str, stem: str, title: str, machine: dict[str, Any], intro: str,
+                 body: str, draw: Callable[[str], None]) -> dict[str, str]:
+    """Write a one-table benchmark's ``stem.md`` (title, the machine, `intro`, `body`) and its
+    figure ``stem.png`` (``draw(path)``) under `out_dir`; returns both paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {ext: os.path.join(out_dir, f"{stem}.{ext}") for ext in ("md", "png")}
+    with open(paths["md"], "w") as f:
+        f.write(f"# {title}\n\n**Machine:** "
+                + ", ".join(f"{k}: {v}" for k, v in machine.items()) + f"\n\n{intro}\n\n"
+                + body)
+    draw(paths["png"])
+    return paths
+
+
 def machine() -> dict[str, Any]:
     """CPU model (``/proc/cpuinfo``), cores, load, jax version and devices."""
     cpu = platform.processor() or "unknown"

@@ -129,17 +129,11 @@ def figure(r: dict, path: str) -> None:
 
 
 def write(r: dict, machine: dict, out_dir: str, small: bool) -> dict[str, str]:
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"md": os.path.join(out_dir, "fc_sweep.md"),
-             "png": os.path.join(out_dir, "fc_sweep.png")}
-    header = ("# Sweep of fully connected networks (issue 12, item 5)"
-              + (" — SMALL sizes" if small else "") + "\n\n**Machine:** "
-              + ", ".join(f"{k}: {v}" for k, v in machine.items())
-              + "\n\n`ibflow.sweep` with default options (target 1e-24·mean(y²)/2).\n\n")
-    with open(paths["md"], "w") as f:
-        f.write(header + table(r))
-    figure(r, paths["png"])
-    return paths
+    title = ("Sweep of fully connected networks (issue 12, item 5)"
+             + (" — SMALL sizes" if small else ""))
+    return C.write_report(out_dir, "fc_sweep", title, machine,
+                          "`ibflow.sweep` with default options (target 1e-24·mean(y²)/2).",
+                          table(r), lambda path: figure(r, path))
 
 
 def main(argv=None) -> int:

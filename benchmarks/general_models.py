@@ -529,22 +529,15 @@ def run(small: bool, *, cap_s: float | None = None, runs: int | None = None,
 
 
 def write(results: list[dict], machine: dict, out_dir: str, small: bool) -> dict[str, str]:
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"md": os.path.join(out_dir, "general_models.md"),
-             "png": os.path.join(out_dir, "general_models.png")}
-    header = ("# General-model benchmark (issue 12, item 3)" + (" — SMALL sizes" if small else "")
-              + "\n\n**Machine:** " + ", ".join(f"{k}: {v}" for k, v in machine.items())
-              + "\n\nTarget for both sides: ibflow's default loss threshold 1e-24·mean(y²)/2 "
-              "(L = ½·mean(r²)). scipy: BDF/Radau/LSODA solver classes of solve_ivp, rtol "
-              f"{RTOL:g}, atol {ATOL:g}, t_bound {T_BOUND:g}, no log-time substitution, loss "
-              f"checked after each step, wall cap {results[0]['cap_s']:g} s per run, BLAS "
-              "threads as listed under Machine. ibflow: median run time after a compile call. "
-              "The machine is shared with other jobs: "
-              "times are indicative.\n\n")
-    with open(paths["md"], "w") as f:
-        f.write(header + table(results))
-    figure(results, paths["png"])
-    return paths
+    title = "General-model benchmark (issue 12, item 3)" + (" — SMALL sizes" if small else "")
+    intro = ("Target for both sides: ibflow's default loss threshold 1e-24·mean(y²)/2 "
+             "(L = ½·mean(r²)). scipy: BDF/Radau/LSODA solver classes of solve_ivp, rtol "
+             f"{RTOL:g}, atol {ATOL:g}, t_bound {T_BOUND:g}, no log-time substitution, loss "
+             f"checked after each step, wall cap {results[0]['cap_s']:g} s per run, BLAS "
+             "threads as listed under Machine. ibflow: median run time after a compile call. "
+             "The machine is shared with other jobs: times are indicative.")
+    return C.write_report(out_dir, "general_models", title, machine, intro, table(results),
+                          lambda path: figure(results, path))
 
 
 def main(argv=None) -> int:
