@@ -24,9 +24,11 @@ import numpy as np
 
 import ibflow
 from ibflow._integrate import DEFAULT_RELATIVE_TARGET
-from ibflow._status import STATUS_NAMES
+from ibflow._status import STATUS_NAMES, status_code
 
 from . import _common as C
+
+CONVERGED = status_code("converged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +59,8 @@ class FullyConnectedMember(eqx.Module):
 
 
 def run(small: bool, *, log=None) -> dict:
-    """The sweep twice (first call: compile + run; second: warm). Returns the grid, the
-    per-member arrays (shape × scale) and both wall times."""
+    """The sweep twice (first call: compile + run; second: warm). Returns the sizes, the
+    per-member arrays (shape × scale), the default target and both wall times."""
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     size = Size.of(small)
     data = ibflow.data.sparse_regression(jax.random.key(C.SEED), n=size.n, d=size.d)
@@ -77,14 +79,14 @@ def run(small: bool, *, log=None) -> dict:
     out = {k: np.asarray(res[k]).reshape(shape) for k in ("status", "steps", "loss")}
     # ibflow's default target (the sweep passes no target_loss): 1e-24 · mean(y²)/2.
     out["target"] = DEFAULT_RELATIVE_TARGET * 0.5 * float(np.mean(np.asarray(data.y) ** 2))
-    return dict(size=size, params=size.width * (size.d + 1), first_s=walls[0],
+    return dict(size=size, first_s=walls[0],
                 warm_s=walls[1], lockstep=res.metadata.get("lockstep_efficiency"), **out)
 
 
 def table(r: dict) -> str:
     s = r["size"]
     lines = [f"{len(s.shapes) * len(s.scales)} members, FullyConnectedNet width "
-             f"{s.width} ({r['params']} parameters), d = {s.d}, n = {s.n}, α ∈ "
+             f"{s.width} ({s.width * (s.d + 1)} parameters), d = {s.d}, n = {s.n}, α ∈ "
              f"[{min(s.scales):g}, {max(s.scales):g}]: first call {r['first_s']:.1f} s "
              f"(compile included), warm {r['warm_s']:.1f} s, lockstep efficiency "
              f"{r['lockstep']:.2f}.", "",
@@ -93,7 +95,7 @@ def table(r: dict) -> str:
              "|---|---|---|---|---|---|"]
     for i, shp in enumerate(s.shapes):
         st, steps, loss = r["status"][i], r["steps"][i], r["loss"][i]
-        lines.append(f"| {shp:g} | {st.size} | {int((st == 0).sum())} | "
+        lines.append(f"| {shp:g} | {st.size} | {int((st == CONVERGED).sum())} | "
                      f"{np.median(steps):.0f} | {steps.max()} | "
                      f"{loss.max() / r['target']:.2g} |")
     statuses = {STATUS_NAMES[int(k)]: int(v)
@@ -111,7 +113,7 @@ def figure(r: dict, path: str) -> None:
     s = r["size"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for i, shp in enumerate(s.shapes):
-        bad = r["status"][i] != 0
+        bad = r["status"][i] != CONVERGED
         line, = ax1.plot(s.scales, r["steps"][i], "o-", ms=3, label=f"s = {shp:g}")
         ax2.plot(s.scales, r["loss"][i] / r["target"], "o-", ms=3, color=line.get_color())
         ax1.plot(np.asarray(s.scales)[bad], r["steps"][i][bad], "x", ms=9, color="k")

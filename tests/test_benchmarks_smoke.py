@@ -229,7 +229,7 @@ def test_fc_sweep_benchmark_small(tmp_path):
     from benchmarks import fc_sweep
 
     r = fc_sweep.run(small=True, log=lambda s: None)
-    assert r["status"].shape == (2, 3) and np.all(r["status"] == 0)
+    assert r["status"].shape == (2, 3) and np.all(r["status"] == fc_sweep.CONVERGED)
     assert np.all(r["loss"] <= r["target"]) and np.all(r["steps"] > 0)
     paths = fc_sweep.write(r, {"machine": "test"}, str(tmp_path), small=True)
     assert "| 0.9 | 3 | 3 |" in Path(paths["md"]).read_text()
