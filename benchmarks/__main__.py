@@ -56,7 +56,7 @@ class Settings:
         self.scaling_dims = [60] if quick else [300, 1000, 3000, 10_000]
         self.scaling_dim_configs = 6 if quick else 10
         self.scaling_n = 12 if quick else 100
-        self.general_cap_s = 1.0 if quick else 90.0
+        self.general_cap_s = 0.5 if quick else 90.0
 
 
 class Context:

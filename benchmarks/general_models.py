@@ -522,7 +522,7 @@ def cases(small: bool) -> list[Case]:
 def run(small: bool, *, cap_s: float | None = None, runs: int | None = None,
         blas_threads: int | None = 1, log=None) -> list[dict]:
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-    cap_s = cap_s if cap_s is not None else (1.0 if small else 90.0)
+    cap_s = cap_s if cap_s is not None else (0.5 if small else 90.0)
     runs = runs if runs is not None else (1 if small else 3)
     return [run_case(c, runs=runs, cap_s=cap_s, blas_threads=blas_threads, log=log)
             for c in cases(small)]

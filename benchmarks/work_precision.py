@@ -70,7 +70,7 @@ class Settings:
     def make(cls, small: bool, p: C.Problem, cap_s: float | None):
         if small:
             return cls(
-                small=True, cap_s=cap_s or 1.0, full_budget_s=math.inf,
+                small=True, cap_s=cap_s or 0.5, full_budget_s=math.inf,
                 ibflow=[("default options", {}, None),
                         ("early stop at 1e-12·L₀ (explicit phase on the path)", {}, 1e-12)],
                 scipy=[(1e-6, 1e-10), (1e-10, 1e-18)],
@@ -510,7 +510,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--cap", type=float, default=None,
                     help="wall-time cap in seconds per setting of a peer method "
-                         "(default 40, small 1)")
+                         "(default 40, small 0.5)")
     ap.add_argument("--reuse-peers", action="store_true",
                     help="measure only ibflow's rows; take the peers' from DIR/work_precision.json")
     ap.add_argument("--replot", action="store_true",

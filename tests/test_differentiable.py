@@ -49,22 +49,36 @@ def _fd_gradient(f, params, h=1e-6):
 def _grads(build, params, aux, Xt, target, final_sign=None, solve=True, **solve_options):
     """Gradients of ``_objective(limit)`` w.r.t. every entry of ``params`` (initialization
     parameters, X, y) by the three routes, vmapped over the leading problem axis. ``aux``:
-    fixed per-problem arrays of the builder (directions, signs), not differentiated."""
+    fixed per-problem arrays of the builder (directions, signs), not differentiated.
+    ``final_sign``: None, per-problem signs, or a function of the flow's final model giving
+    sign(a(∞)) (read off the solve route's own flow, which then runs first). With ``solve``,
+    every solve-route flow must converge.
+    Returns ``(g_imp, g_sol, g_fd)``."""
 
     def limit(p, a, route, **kw):
-        return ibflow.limit_point(build(p, a), p["X"], p["y"], route=route, **kw).predictor
+        return ibflow.limit_point(build(p, a), p["X"], p["y"], route=route, **kw)
 
     def f_imp(p, a, Xt, target, sign):
-        kw = {} if final_sign is None else {"final_sign": sign}
-        return _objective(limit(p, a, "implicit", **kw), Xt, target)
+        kw = {} if final_sign is None else {"final_sign": sign}  # sign: an array here
+        return _objective(limit(p, a, "implicit", **kw).predictor, Xt, target)
 
     def f_sol(p, a, Xt, target, sign):
-        return _objective(limit(p, a, "solve", **SOLVE, **solve_options), Xt, target)
+        out = limit(p, a, "solve", **SOLVE, **solve_options)
+        # The flow's own status and final sign come out of the same compiled program.
+        flow_sign = final_sign(out.solution.model) if callable(final_sign) else 0.0
+        return _objective(out.predictor, Xt, target), (out.converged, flow_sign)
 
-    sign = jnp.zeros(target.shape[0]) if final_sign is None else final_sign
+    from_flow = callable(final_sign)
+    sign = jnp.zeros(target.shape[0]) if final_sign is None or from_flow else final_sign
     args = (params, aux, Xt, target, sign)
+    g_sol = None
+    if solve:
+        g_sol, (converged, flow_sign) = eqx.filter_jit(jax.vmap(jax.grad(f_sol, has_aux=True)))(
+            *args)
+        assert np.all(np.asarray(converged)), converged
+        if from_flow:
+            args = (params, aux, Xt, target, flow_sign)
     g_imp = eqx.filter_jit(jax.vmap(jax.grad(f_imp)))(*args)
-    g_sol = eqx.filter_jit(jax.vmap(jax.grad(f_sol)))(*args) if solve else None
     g_fd = eqx.filter_jit(jax.vmap(
         lambda p, a, *rest: _fd_gradient(lambda q: f_imp(q, a, *rest), p)))(*args)
     return g_imp, g_sol, g_fd
@@ -161,12 +175,8 @@ def test_single_neuron_gradients_agree(getkey, solve):
     # rule), read off the flow.
     params, aux = _neuron_setup(getkey(), count, [0.4, 0.0, 0.7, -0.3])
     params |= dict(X=X, y=y)
-    final_sign = aux[1]  # sign(a₀); the slow variant reads sign(a(∞)) off the flow
-    if solve:
-        sol = jax.vmap(lambda p, a: ibflow.integrate(_single(p, a), p["X"], p["y"],
-                                                     throw=False))(params, aux)
-        assert np.all(np.asarray(sol.converged))
-        final_sign = jnp.sign(sol.model.second[:, 0])
+    # sign(a₀); the slow variant reads sign(a(∞)) off the solve route's flow
+    final_sign = (lambda model: jnp.sign(model.second[0])) if solve else aux[1]
     _assert_agree(*_grads(_single, params, aux, Xt, target, final_sign=final_sign, solve=solve))
 
 
@@ -182,10 +192,6 @@ def test_leaky_neuron_gradients_agree(solve):
     params, aux = _neuron_setup(jax.random.key(111), 3, [0.4, 0.2, 0.6])
     params |= dict(X=X, y=y)
     params, aux, Xt, target = jax.tree_util.tree_map(lambda a: a[:2], (params, aux, Xt, target))
-    if solve:
-        sol = jax.vmap(lambda p, a: ibflow.integrate(_leaky(p, a), p["X"], p["y"],
-                                                     throw=False))(params, aux)
-        assert np.all(np.asarray(sol.converged)), sol.status
     _assert_agree(*_grads(_leaky, params, aux, Xt, target, solve=solve))
 
 

@@ -2,11 +2,9 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import diffrax as dfx
@@ -210,35 +208,12 @@ def test_sweeping_adjoint_is_refused_by_name():
 
 
 @pytest.mark.slow  # timing-based; tests/test_adversarial_sweep.py kills at exact points, fast
-def test_sigkill_resume_is_byte_identical(tmp_path):
-    # 32 members, 8 chunks of 4; a tight rtol makes each chunk slow enough to kill mid-run.
-    script = _script(tmp_path, scales=16, rtol=1e-12)
-    reference = tmp_path / "uninterrupted"
-    assert _run(script, reference).returncode == 0
-    out = tmp_path / "interrupted"
-    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=_env(tmp_path))
-    chunks = out / "chunks"
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(chunks.glob("chunk-*.npz")):
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    survivors = {p.name: p.stat().st_mtime_ns for p in chunks.glob("chunk-*.npz")}
-    assert 1 <= len(survivors) < 8, f"kill the sweep mid-run ({len(survivors)} chunks done)"
-    assert not (out / "results.npz").exists()
-    assert _run(script, out).returncode == 0
-    for name, mtime in survivors.items():  # finished chunks were not recomputed
-        assert (chunks / name).stat().st_mtime_ns == mtime
-    for name in ["results.npz"] + [f"chunks/chunk-{i:05d}.npz" for i in range(8)]:
-        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
-
-
 def test_four_simulated_devices_match_one(tmp_path):
     script = _script(tmp_path, scales=4)
     one, four = tmp_path / "one", tmp_path / "four"
-    r1 = _run(script, one, {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
-    r4 = _run(script, four, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    flags = os.environ.get("XLA_FLAGS", "")  # keep the suite's compile flags (conftest.py)
+    r1 = _run(script, one, {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=1"})
+    r4 = _run(script, four, {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=4"})
     assert r1.returncode == 0 and r4.returncode == 0, r4.stderr[-2000:]
     assert "devices 4" in r4.stdout and "devices 1" in r1.stdout
     # Statuses and step counts are identical; values agree to a few ulps (the partitioned

@@ -84,8 +84,11 @@ def integrate_kinked(
       events before `Status.unresolved_switching`. `max_sliding_rows` (int): most examples
       sliding at once (more: `Status.degenerate_sliding`).
     - `stiff_solver`: implicit solver for the stiff tail once ``L ≤ stiff_switch · mean(y²)/2``
-      (events still located); ``"auto"`` (default) uses Kvaerno5 for states of at most 1024
-      entries, as `ibflow.integrate` does; None keeps `solver` to the end.
+      (events still located); ``"auto"`` (default) uses Kvaerno3 for states of at most 1024
+      entries; None keeps `solver` to the end. (Kvaerno3, not `ibflow.integrate`'s Kvaerno5:
+      the tail runs into an attracting limit, whose accuracy the error control sets, not the
+      method's order; the three-stage method compiles in about 60 % of the time, measured
+      27 → 17 s on a sliding leaky neuron, same limit to 1e-10.)
 
     Returns ``(Solution, KinkReport)``.
     """
@@ -110,7 +113,7 @@ def integrate_kinked(
         if stiff_solver != "auto":
             raise ValueError("stiff_solver must be a Diffrax solver, None or 'auto'.")
         size = sum(a.size for a in jax.tree_util.tree_leaves(dynamics.initial_state()))
-        stiff_solver = dfx.Kvaerno5() if size <= STIFF_AUTO_MAX_STATE else None
+        stiff_solver = dfx.Kvaerno3() if size <= STIFF_AUTO_MAX_STATE else None
     f = lambda v: jnp.asarray(v, dtype=float)  # noqa: E731
     return _integrate_kinked(
         dynamics, solver=solver, stiff_solver=stiff_solver, rtol=f(rtol), atol=f(atol),
