@@ -42,26 +42,22 @@ SCRIPT = textwrap.dedent("""
     grid = ibflow.Grid(scale=np.logspace(-4, 0, {scales}), shape=[0.0, 0.6])
     build = lambda scale, shape: ibflow.DiagonalNet.from_scale_shape(scale, shape, dim={D})
     res = ibflow.sweep(build, grid, data, out=sys.argv[1], chunk_size=4, progress=False,
-                       rtol={rtol}, atol=1e-14)
+                       rtol=1e-6, atol=1e-14)
     print("devices", len(jax.devices()), "converged", int(res.converged.sum()))
 """)
 
 
-def _script(tmp_path, scales, rtol=1e-6):
+def _script(tmp_path, scales):
     path = tmp_path / "run_sweep.py"
-    path.write_text(SCRIPT.format(N=N, D=D, scales=scales, rtol=rtol))
+    path.write_text(SCRIPT.format(N=N, D=D, scales=scales))
     return path
 
 
-def _env(tmp_path, extra=None):
-    # Subprocesses share a persistent compilation cache: only the first one compiles.
-    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path.parent / "jax-cache"),
-             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-    return dict(os.environ) | cache | (extra or {})
-
-
 def _run(script, out, env_extra=None):
-    env = _env(Path(script).parent, env_extra)
+    # Subprocesses share a persistent compilation cache: only the first one compiles.
+    cache = {"JAX_COMPILATION_CACHE_DIR": str(Path(script).parent.parent / "jax-cache"),
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    env = dict(os.environ) | cache | (env_extra or {})
     return subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -207,7 +203,6 @@ def test_sweeping_adjoint_is_refused_by_name():
     assert res.converged.all()
 
 
-@pytest.mark.slow  # timing-based; tests/test_adversarial_sweep.py kills at exact points, fast
 def test_four_simulated_devices_match_one(tmp_path):
     script = _script(tmp_path, scales=4)
     one, four = tmp_path / "one", tmp_path / "four"
