@@ -33,6 +33,25 @@ def is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def eager_if_concrete(fn, *args):
+    """``fn(*args)``, evaluated at once (not traced) when no argument is a tracer.
+
+    Inside an outer ``jit`` (or ``vmap``/``grad``), even ``jnp.asarray`` of a constant returns
+    a tracer, and every check on it would become a run-time ``error_if``: a host callback
+    traced, compiled and run on each call (a program with one is also never stored in JAX's
+    persistent compilation cache). Computed concretely, a bad constant raises ``ValueError``
+    at once and the compiled program carries no check for it."""
+    if any(is_traced(a) for a in jax.tree_util.tree_leaves(args)):
+        return fn(*args)
+    with jax.ensure_compile_time_eval():
+        return fn(*args)
+
+
+def as_array(x, dtype=None):
+    """``jnp.asarray(x, dtype)``, concrete when `x` is (`eager_if_concrete`)."""
+    return eager_if_concrete(lambda a: jnp.asarray(a, dtype=dtype), x)
+
+
 def _check(x, bad_fn, message: str):
     """Raise ``ValueError(message)`` where ``bad_fn(x)`` holds; returns ``x`` (possibly wrapped)."""
     if is_traced(x):
@@ -90,9 +109,7 @@ def real_array(x, name: str, *, ndim: int | None = None, allow_empty: bool = Fal
                          f"{tuple(x.shape)}.")
     if not allow_empty and x.size == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}).")
-    if dtype.kind in "biu":
-        return jnp.asarray(x, dtype=float)
-    return x if is_traced(x) else jnp.asarray(x)
+    return as_array(x, float if dtype.kind in "biu" else None)
 
 
 def real_scalar(x, name: str, *, positive: bool = False, nonnegative: bool = False):

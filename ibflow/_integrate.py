@@ -47,11 +47,11 @@ def _option(value, name, *, positive=False, allow_zero=False):
     if isinstance(value, bool) or not isinstance(value, (int, float, jax.Array)) and not hasattr(
             value, "__array__"):
         raise ValueError(f"{name} must be a real number; got {type(value).__name__}.")
-    array = jnp.asarray(value)
+    array = _checks.as_array(value)
     if jnp.iscomplexobj(array) or array.ndim != 0:
         raise ValueError(f"{name} must be a real scalar; got {array.dtype} of shape "
                          f"{array.shape}.")
-    array = _checks.finite(array.astype(float), name)
+    array = _checks.finite(_checks.as_array(array, float), name)
     if positive:
         array = _checks.positive(array, name)
     if allow_zero:
@@ -220,12 +220,12 @@ def integrate(
         raise ValueError(f"adjoint must be a Diffrax adjoint; got {type(adjoint).__name__}.")
     if not isinstance(throw, bool) or not isinstance(progress, bool):
         raise ValueError("throw and progress must be True or False.")
-    loss_scale = 0.5 * jnp.mean(jnp.asarray(y) ** 2)
+    loss_scale = _checks.eager_if_concrete(lambda y: 0.5 * jnp.mean(y**2), y)
     default_target = target_loss is None
     if target_loss is None:
         target_loss = DEFAULT_RELATIVE_TARGET * loss_scale
     if save_at is not None:
-        save_at = jnp.asarray(save_at, dtype=float)
+        save_at = _checks.as_array(save_at, float)
         if save_at.ndim != 1 or save_at.shape[0] == 0:
             raise ValueError("save_at must be a non-empty 1-d array of increasing times.")
         save_at = _checks.finite(save_at, "save_at")

@@ -511,34 +511,34 @@ def kill_setup(tmp_path_factory):
     return root, launch
 
 
-KILL_POINTS = {"before-first-chunk": 0, "after-second-chunk": 2, "inside-chunk-write": 1,
-               "assembly": 3, "between-results-and-metadata": 3}
+#: Kill points in the order a run meets them, with the chunk files on disk when each fires in a
+#: run resumed from the previous one: "before-first-chunk" dies at once (0 chunks);
+#: "inside-chunk-write" saves chunk 0 and dies renaming chunk 1 (1); "after-second-chunk" saves
+#: chunks 1 and 2, the last two, and dies before assembling (3); the last two die in assembly.
+KILL_CHAIN = [("before-first-chunk", 0), ("inside-chunk-write", 1), ("after-second-chunk", 3),
+              ("assembly", 3), ("between-results-and-metadata", 3)]
 
 
-def _kill_and_resume(kill_setup, tmp_path, point):
+def test_sigkill_at_every_point_resumes_byte_identical(kill_setup, tmp_path):
+    """One output directory killed at each point in turn: every run resumes the state the
+    previous kill left (a resumed run killed again included), keeps the chunks that were
+    finished (not recomputed: same mtimes), and the run that finishes writes exactly the
+    uninterrupted run's bytes. One process per kill point, not two: the suite's time."""
     root, launch = kill_setup
     out = tmp_path / "res"
-    killed = launch(out, point)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert len(list((out / "chunks").glob("chunk-*.npz"))) == KILL_POINTS[point]
-    assert (out / "sweep.json").exists()
+    for point, chunks in KILL_CHAIN:
+        survivors = mtimes(out) if out.exists() else {}
+        killed = launch(out, point)
+        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
+        assert len(list((out / "chunks").glob("chunk-*.npz"))) == chunks, point
+        assert (out / "sweep.json").exists(), point
+        assert mtimes(out).items() >= survivors.items(), point
     survivors = mtimes(out)
     resumed = launch(out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert mtimes(out).items() >= survivors.items()  # finished chunks were not recomputed
+    assert mtimes(out) == survivors  # every chunk was finished before: none recomputed
     assert_identical(out, root / "uninterrupted")
     assert not list(out.rglob(".*.tmp"))
-
-
-def test_sigkill_mid_sweep_resumes_byte_identical(kill_setup, tmp_path):
-    _kill_and_resume(kill_setup, tmp_path, "after-second-chunk")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("point", ["before-first-chunk", "inside-chunk-write", "assembly",
-                                   "between-results-and-metadata"])
-def test_sigkill_resumes_byte_identical(kill_setup, tmp_path, point):
-    _kill_and_resume(kill_setup, tmp_path, point)
 
 
 # --- bad grids and options: refused by name, before any computation --------------------------

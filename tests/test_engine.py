@@ -79,17 +79,31 @@ def _check_transforms(model, X, y, parameter_atol=1e-9, **options):
 #: tail under vmap and grad also by tests/test_differentiable.py and tests/test_sweep.py.
 WITH_TAIL = {"diagonal", "classifier", "two-layer-tanh"}
 
+#: The flow each model runs under. Every model and every flow is checked once: the flows other
+#: than gradient flow differ only in the vector field (a preconditioner, a speed, a clock),
+#: which the explicit phase exercises, so each runs on an explicit-phase model, and no check
+#: compiles a program another one already covers.
+FLOW_OF = {"linear": "mirror", "fully-connected": "mirror-function-scaled",
+           "leaky-neuron": "warped", "plain-module": "loss-clock"}
+
+
+def test_every_model_and_every_flow_is_checked():
+    assert set(FLOW_OF) <= set(MODELS) and set(FLOW_OF) & WITH_TAIL == set()
+    assert set(FLOW_OF.values()) | {"gradient"} == set(FLOWS)
+
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_every_model_under_jit_vmap_grad(name):
+def test_every_model_and_flow_under_jit_vmap_grad(name):
     model, X, y, loss, target = MODELS[name]
+    flow = FLOWS[FLOW_OF.get(name, "gradient")]
     if name in WITH_TAIL:
         # The classifier stops on the path (loss 0.2), at an event located to ~1e-9 of its
         # clock: batched round-off moves its parameters there by up to ~5e-9 (measured).
         atol = 1e-8 if name == "classifier" else 1e-9
-        _check_transforms(model, X, y, loss=loss, target_loss=target, parameter_atol=atol)
+        _check_transforms(model, X, y, loss=loss, target_loss=target, parameter_atol=atol,
+                          flow=flow)
     else:
-        _check_explicit_phase(model, X, y, loss=loss)
+        _check_explicit_phase(model, X, y, loss=loss, flow=flow)
 
 
 def _check_explicit_phase(model, X, y, **options):
@@ -100,16 +114,6 @@ def _check_explicit_phase(model, X, y, **options):
     target = 1e-12 * 0.5 * float(jnp.mean(y**2))
     _check_transforms(model, X, y, stiff_solver=None, target_loss=target, parameter_atol=1e-7,
                       **options)
-
-
-@pytest.mark.parametrize("name", sorted(set(FLOWS) - {"gradient"}))  # gradient: above
-def test_every_flow_under_jit_vmap_grad(name):
-    # One explicit phase: the flows differ in the vector field (preconditioner, speed, clock),
-    # which both phases share; the implicit tail under the transforms is checked above. The
-    # model is the cheapest one to compile (the flow, not the model, is under test here; every
-    # model runs under gradient flow above).
-    model, X, y, *_ = MODELS["linear"]
-    _check_explicit_phase(model, X, y, flow=FLOWS[name])
 
 
 def test_plain_equinox_module_reaches_the_closed_form_limit(getkey):

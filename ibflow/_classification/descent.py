@@ -51,5 +51,5 @@ def gradient_descent(
                                                                                   "save_every")
     if num_steps % save_every:
         raise ValueError(f"num_steps={num_steps} must be a multiple of save_every={save_every}.")
-    learning_rate = _checks.positive(jnp.asarray(learning_rate, dtype=float), "learning_rate")
+    learning_rate = _checks.positive(_checks.as_array(learning_rate, float), "learning_rate")
     return _descend(model, X, y, loss, learning_rate, num_steps // save_every, save_every)

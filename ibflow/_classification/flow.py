@@ -79,7 +79,7 @@ def classification_flow(
                          f"{X.shape[1]} columns.")
     if not _checks.is_traced(y) and not bool(jnp.all(jnp.abs(y) == 1)):
         raise ValueError("classification labels y must be -1 or +1.")
-    target_loss = _checks.positive(jnp.asarray(target_loss, dtype=float), "target_loss")
+    target_loss = _checks.positive(_checks.as_array(target_loss, float), "target_loss")
     dynamics = Reduction().dynamics(model, X, y, flow, loss)
     if isinstance(flow, LossClock):
         end = jnp.log(dynamics.loss(dynamics.initial_state()) / target_loss)
@@ -92,7 +92,7 @@ def classification_flow(
     if save_at.ndim != 1:
         raise ValueError("save_at must be a 1-d array of increasing clock values.")
     options = SolveOptions(
-        rtol=_checks.positive(jnp.asarray(rtol, dtype=float), "rtol"),
+        rtol=_checks.positive(_checks.as_array(rtol, float), "rtol"),
         atol=jnp.asarray(atol, dtype=float), target_loss=target_loss,
         stiff_switch=jnp.asarray(1.0), loss_scale=jnp.asarray(1.0), t_max=t_max, dt0=None,
         save_at=save_at, solver=solver, stiff_solver=None,

@@ -9,7 +9,7 @@ def checked_scale_shape(alpha, shape):
     """Validate scale α > 0 and shape s ∈ (−1, 1); return them as float64 arrays."""
     alpha = _checks.real_array(alpha, "scale alpha")
     shape = _checks.real_array(shape, "shape s")
-    alpha = _checks.positive_finite(jnp.asarray(alpha, dtype=float), "scale alpha")
+    alpha = _checks.positive_finite(_checks.as_array(alpha, float), "scale alpha")
     shape = _checks.in_open_interval(jnp.asarray(shape, dtype=float), -1.0, 1.0, "shape s")
     return alpha, shape
 

@@ -40,7 +40,7 @@ def _final_sign(a0, w0, final_sign):
             "flip rule). Integrate first and pass final_sign=sign(a(∞)), e.g. "
             "final_sign=jnp.sign(solution.model.a) (LeakyReLUNeuron) or "
             "jnp.sign(solution.model.second[0]) (FullyConnectedNet).")
-    final_sign = jnp.asarray(final_sign, dtype=float)
+    final_sign = _checks.as_array(final_sign, float)
     if final_sign.ndim != 0:
         raise ValueError(f"final_sign must be a scalar ±1; got shape {final_sign.shape}.")
     final_sign = _checks._check(final_sign, lambda s: ~((s == 1) | (s == -1)),
