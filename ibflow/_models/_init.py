@@ -10,7 +10,7 @@ def checked_scale_shape(alpha, shape):
     alpha = _checks.real_array(alpha, "scale alpha")
     shape = _checks.real_array(shape, "shape s")
     alpha = _checks.positive_finite(_checks.as_array(alpha, float), "scale alpha")
-    shape = _checks.in_open_interval(jnp.asarray(shape, dtype=float), -1.0, 1.0, "shape s")
+    shape = _checks.in_open_interval(_checks.as_array(shape, float), -1.0, 1.0, "shape s")
     return alpha, shape
 
 
