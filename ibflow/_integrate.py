@@ -34,12 +34,17 @@ DEFAULT_RTOL, DEFAULT_ATOL = 1e-10, 1e-14
 DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL = 1e-6, 1e-10
 #: Default loss level (relative to ``mean(y²)/2``) where the explicit phase hands over to the
 #: tail: an implicit Runge–Kutta tail takes over at 1e-8. Newton's basin, for a strictly convex
-#: dual, is everything and the limit does not depend on the path, so Newton takes over at 1e-1,
-#: once the loss has fallen one decade (`Solution.time`, the switch time, still says when).
-#: Measured on 140-member grids (α ∈ [1e-8, 10], s up to ±0.999; the Figure 7.1 data and a
-#: second set, n = 40, d = 100): the same members converge, to the same ~2e-12 of Theorem 1's
-#: minimizers, switching at 1e-4, 1e-1 or 1; sweep first calls 12.3 / 5.0 / 1.3 s.
-DEFAULT_STIFF_SWITCH, DEFAULT_NEWTON_SWITCH = 1e-8, 1e-1
+#: dual, is everything and the limit does not depend on the path, so Newton takes over at 1,
+#: the zero predictor's loss: at once from a zero initial predictor (`Solution.time`, the switch
+#: time, is then 0). Measured on 140-member grids (α ∈ [1e-8, 10], s up to ±0.999; the Figure 7.1
+#: data and a second set, n = 40, d = 100): the same members converge, to the same ≤ 2e-10 of
+#: Theorem 1's minimizers (`minimize_regularizer`), switching at 1e-4, 1e-1 or 1; the Figure 7.1
+#: sweep (100 members) takes 0.49 s warm switching at 1 against 0.80 s at 1e-1 (the explicit
+#: phase's Tsit5 steps do not shorten the Newton tail: 7 Newton iterations after 27 path steps
+#: against 7 from the start, α = 1e-5).
+DEFAULT_STIFF_SWITCH, DEFAULT_NEWTON_SWITCH = 1e-8, 1.0
+#: The clock's horizon when no time budget (`t_max`) is given: the solve ends on the loss event.
+DEFAULT_T_MAX = 1e14
 
 
 def _option(value, name, *, positive=False, allow_zero=False):
@@ -108,10 +113,11 @@ def _check_model(model, X):
         raise ValueError(f"model(x) must return a scalar; got shape {out.shape}.")
 
 
-def _stiff_solver(stiff_solver, dynamics, save_at, default_target):
+def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
     """The tail strategy. ``"auto"``: Newton to the equilibrium where the dynamics has a unique
-    attracting one, no trajectory is asked for and the target is the default one (the limit):
-    the path after the switch is then not needed. Otherwise Kvaerno5 with the dynamics'
+    attracting one, no trajectory is asked for, the target is the default one (the limit) and no
+    time budget `t_max` is set (the limit lies at t = ∞, beyond any budget): the path after the
+    switch is then not needed. Otherwise Kvaerno5 with the dynamics'
     structured Jacobian (dense for reductions, low rank by Woodbury in parameter space): no size
     cutoff, no p × p matrix; it follows the path, so a target of one's own (an early stop deep
     in the stiff tail) is met on the path."""
@@ -120,7 +126,7 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target):
         if stiff_solver != "auto":
             raise ValueError("stiff_solver must be a Diffrax solver, ibflow.EquilibriumNewton(), "
                              "None or 'auto'.")
-        newton = unique and save_at is None and default_target
+        newton = unique and save_at is None and default_target and not time_budget
         return EquilibriumNewton() if newton else dfx.Kvaerno5()
     if isinstance(stiff_solver, EquilibriumNewton):
         if not unique:
@@ -149,7 +155,7 @@ def integrate(
     atol: Float[ArrayLike, ""] | None = None, solver: dfx.AbstractAdaptiveSolver = dfx.Tsit5(),
     stiff_solver: dfx.AbstractAdaptiveSolver | EquilibriumNewton | None | Literal["auto"] = "auto",
     stiff_switch: Float[ArrayLike, ""] | None = None, max_steps: int = 100_000,
-    t_max: Float[ArrayLike, ""] = 1e14, save_at: Float[ArrayLike, " T"] | None = None,
+    t_max: Float[ArrayLike, ""] | None = None, save_at: Float[ArrayLike, " T"] | None = None,
     formulation: AbstractFormulation = PreferReduction(), method: str | None = None,
     throw: bool = True, adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
     dt0: Float[ArrayLike, ""] | None = None, progress: bool = False,
@@ -176,10 +182,10 @@ def integrate(
     - `stiff_solver`, `stiff_switch` > 0: the last phase of a flow is stiff (the tangent
       kernel's eigenvalues spread over many decades, THEORY §8.1), so once
       ``L ≤ stiff_switch · mean(y²)/2`` (and not before the target) the solve continues with
-      `stiff_solver` (default `stiff_switch`: 1e-8, or 1e-1 with the Newton tail).
+      `stiff_solver` (default `stiff_switch`: 1e-8, or 1 with the Newton tail).
       ``"auto"``: for dynamics with one attracting equilibrium (the diagonal
-      net's reduction: a gradient flow of a strictly convex dual), no `save_at` and the
-      default `target_loss` (the limit),
+      net's reduction: a gradient flow of a strictly convex dual), no `save_at`, the
+      default `target_loss` (the limit) and no `t_max` (the limit is the state at t = ∞),
       `EquilibriumNewton()` finishes the tail by damped Newton on the vector field (its limit
       does not depend on the path); otherwise Kvaerno5 whose stage equations use the dynamics'
       structured Jacobian: the closed form for reductions, the Gauss–Newton low-rank form ``J``
@@ -190,7 +196,8 @@ def integrate(
       (1e-16: an early stop rather than the limit) is reached by the explicit phase on the path
       itself, never by Newton.
     - `max_steps` ≥ 1 (a Python int): the total step budget over all phases (accepted and
-      rejected steps); `t_max` > 0: the largest clock value. Running out of either gives
+      rejected steps); `t_max` > 0: the largest clock value, a time budget (default None: none,
+      the clock runs to 1e14). Running out of either gives
       `Status.budget_exhausted`; a clock that stops advancing (less than 1e-6 relative over
       4096 steps) gives `Status.stalled`. Chattering at a kink that still advances the clock
       slowly runs until the budget (100 000 steps: ~13 s on a d = 30 sliding leaky neuron).
@@ -231,13 +238,14 @@ def integrate(
         save_at = _checks.finite(save_at, "save_at")
     formulation = _formulation(method, formulation)
     dynamics = formulation.dynamics(model, X, y, flow, loss)
-    tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target)
+    tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target, t_max is not None)
     rtol, atol, stiff_switch = _path_defaults(rtol, atol, stiff_switch, tail)
     options = SolveOptions(
         rtol=_option(rtol, "rtol", positive=True), atol=_option(atol, "atol", allow_zero=True),
         target_loss=_option(target_loss, "target_loss", allow_zero=True),
         stiff_switch=_option(stiff_switch, "stiff_switch", positive=True),
-        loss_scale=loss_scale, t_max=_option(t_max, "t_max", positive=True),
+        loss_scale=loss_scale,
+        t_max=_option(DEFAULT_T_MAX if t_max is None else t_max, "t_max", positive=True),
         dt0=None if dt0 is None else _option(dt0, "dt0", positive=True), save_at=save_at,
         solver=_solver(solver, "solver"), stiff_solver=tail,
         adjoint=adjoint, max_steps=_max_steps(max_steps), throw=throw, progress=progress)

@@ -689,9 +689,8 @@ def test_huge_scale_loss_matches_predictor_whatever_the_status(huge_scale_soluti
     assert abs(Fraction(float(sol.loss)) - exact) <= Fraction(1, 10**6) * abs(exact)
 
 
-# The flows below share one compilation with the fixture (same shapes, options and max_steps;
-# t_max is traced).
 def test_time_budget_is_not_converged():
+    # A time budget excludes the Newton tail (its limit lies at t = ∞): the path is integrated.
     model = ibflow.DiagonalNet.from_scale_shape(0.1, dim=5)
     sol = ibflow.integrate(model, X5, Y3, t_max=1e-3, max_steps=2000, throw=False)
     assert sol.status == ibflow.Status.budget_exhausted and not bool(sol.converged)

