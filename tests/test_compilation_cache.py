@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import pytest
 
 from ibflow import _cache
 
@@ -91,3 +93,101 @@ def test_sweep_program_is_written_to_the_cache(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert any(p.name.startswith("jit__integrate_batch") for p in cache.iterdir()), sorted(
         p.name for p in cache.iterdir())
+
+
+# ----------------------------------------------------------------------------------------------
+# Traced programs kept across processes (ibflow/_trace_cache.py)
+
+SWEEP_SCRIPT = """
+import json, sys
+import equinox as eqx, jax, jax.numpy as jnp, numpy as np
+import ibflow
+from ibflow import _trace_cache
+from ibflow._sweep.executor import _integrate_batch
+
+exports = []
+_export = _trace_cache._export
+_trace_cache._export = lambda *a: exports.append(1) or _export(*a)
+X = jax.random.normal(jax.random.key(0), (3, 6)); y = jnp.array([1.0, -0.5, 0.2])
+
+
+def build(scale, shape):
+    return ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=6)
+
+
+res = ibflow.sweep(build, ibflow.Grid(scale=[0.1, 0.3], shape=[0.0, 0.5]), (X, y),
+                   progress=False, references=(), chunk_size=2)
+print(json.dumps({"exports": len(exports), "traces": eqx.debug.get_num_traces(_integrate_batch),
+                  "predictor": np.asarray(res["predictor"]).tolist(),
+                  "status": np.asarray(res["status"]).tolist()}))
+"""
+
+
+def _run_script(path, cache):
+    proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=_env(IBFLOW_CACHE_DIR=str(cache)))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_skips_tracing_the_sweep(tmp_path):
+    """Issue 14: the first process exports the sweep's traced batch; a second process with the
+    same code loads it (no trace of `_integrate_batch`, no export) and computes the same numbers;
+    editing the script (the user's code) changes the key, so the program is traced again."""
+    from ibflow._trace_cache import SUBDIR
+
+    cache, script = tmp_path / "cache", tmp_path / "study.py"
+    script.write_text(SWEEP_SCRIPT)
+    first = _run_script(script, cache)
+    assert first["exports"] == 1 and first["traces"] == 1
+    assert len(list((cache / SUBDIR).glob("*.exported"))) == 1
+    second = _run_script(script, cache)
+    assert second["exports"] == 0 and second["traces"] == 0, second
+    assert second["predictor"] == first["predictor"] and second["status"] == first["status"]
+    script.write_text(SWEEP_SCRIPT + "\n# edited: the build could have changed\n")
+    third = _run_script(script, cache)
+    assert third["exports"] == 1 and third["traces"] == 1
+    assert third["predictor"] == first["predictor"]
+    assert len(list((cache / SUBDIR).glob("*.exported"))) == 2
+
+
+def _scaled(scale, x):
+    return scale * jnp.sin(x)
+
+
+class _Opaque:  # no fingerprint: a call bound to it must not be cached
+    def __init__(self, c):
+        self.c = c
+
+
+def test_trace_cache_keys_on_code_and_refuses_what_it_cannot_fingerprint(tmp_path, monkeypatch):
+    import jax.numpy as jnp
+
+    from ibflow import _trace_cache
+
+    def cache(fn, *bound):
+        tc = _trace_cache.TraceCache("test", fn, *bound)
+        tc.folder = tmp_path  # the suite runs with the compilation cache off
+        return tc
+
+    monkeypatch.setattr(_trace_cache, "_loaded", {})
+    x = jnp.linspace(0.0, 1.0, 5)
+    apply = lambda f, x: f(2.0, x)  # noqa: E731
+    assert bool(jnp.all(cache(apply, _scaled)(x) == _scaled(2.0, x)))
+    assert len(list(tmp_path.glob("*.exported"))) == 1
+    # Loaded from disk in a "new process" (memory cleared), not exported again.
+    monkeypatch.setattr(_trace_cache, "_loaded", {})
+    monkeypatch.setattr(_trace_cache, "_export", lambda *a: pytest.fail("exported again"))
+    assert bool(jnp.all(cache(apply, _scaled)(x) == _scaled(2.0, x)))
+    monkeypatch.undo()
+    # Two lambdas share a qualified name but not their code: two artifacts, right numbers.
+    monkeypatch.setattr(_trace_cache, "_loaded", {})
+    first, second = (lambda s, x: s * x), (lambda s, x: s + x)
+    assert bool(jnp.all(cache(apply, first)(x) == 2.0 * x))
+    assert bool(jnp.all(cache(apply, second)(x) == 2.0 + x))
+    assert len(list(tmp_path.glob("*.exported"))) == 3
+    # An object it cannot fingerprint: computed, never written.
+    opaque = cache(lambda o, x: o.c * x, _Opaque(3.0))
+    assert opaque._base_key() is False
+    assert bool(jnp.all(opaque(x) == 3.0 * x))
+    assert len(list(tmp_path.glob("*.exported"))) == 3

@@ -12,6 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .. import _checks
 from .._integrate import integrate
 from .._models.base import AbstractPredictorModel
+from .._trace_cache import TraceCache
 
 
 @eqx.filter_jit
@@ -68,6 +69,8 @@ class Executor:
         self.n_devices = len(devices)
         self._members = NamedSharding(mesh, PartitionSpec("members"))
         self._replicated = NamedSharding(mesh, PartitionSpec())
+        self._batch = TraceCache("ibflow.sweep batch", _integrate_batch, self.build, self.options,
+                                 self.option_axes, self.references, self.has_test)
 
     def run(self, params: dict[str, np.ndarray], dataset: dict[str, np.ndarray],
             refs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -80,6 +83,5 @@ class Executor:
                   {k: jnp.asarray(v) for k, v in refs.items()})
         arrays = jax.device_put(jax.tree_util.tree_map(jnp.asarray, arrays), self._replicated)
         with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
-            out = _integrate_batch(self.build, self.options, self.option_axes, self.references,
-                                   self.has_test, params, *arrays)
+            out = self._batch(params, *arrays)
         return {k: np.asarray(v) for k, v in out.items()}

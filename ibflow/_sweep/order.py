@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .. import _checks
 from .._models.cost import AbstractCostEstimate
 
 
@@ -39,8 +40,9 @@ class CostOrder(AbstractOrder):
         probe = eqx.filter_eval_shape(build, **{k: jnp.asarray(v[0]) for k, v in params.items()})
         if not isinstance(probe, AbstractCostEstimate):
             return np.arange(size)
-        return np.argsort(-np.asarray(_costs(build, {k: jnp.asarray(v) for k, v in
-                                                     params.items()})), kind="stable")
+        with _checks.traced_errors_as_nan():  # no host callback: cacheable across processes
+            cost = _costs(build, {k: jnp.asarray(v) for k, v in params.items()})
+        return np.argsort(-np.asarray(cost), kind="stable")
 
 
 @eqx.filter_jit

@@ -88,7 +88,9 @@ def sweep(
 
     members = grid.members()
     build_params = {k: v for k, v in members.items() if k not in option_axes}
-    probe = build(**{k: jnp.asarray(v[0]) for k, v in build_params.items()})
+    # Abstract: only the model's type matters here (an eager build compiles each primitive).
+    probe = eqx.filter_eval_shape(build, **{k: jnp.asarray(v[0]) for k, v in
+                                            build_params.items()})
     predictor = isinstance(probe, AbstractPredictorModel)
     references = references if predictor else ()
     member_order = (order or GridOrder())(build, build_params, grid.size)
