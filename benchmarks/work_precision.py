@@ -87,12 +87,11 @@ class Settings:
         mid = np.flatnonzero(np.isclose(p.alphas, np.unique(p.alphas)[n_scales // 2]))
         return cls(
             small=False, cap_s=cap_s or 40.0, full_budget_s=25.0,
-            ibflow=[("default options (Newton tail)", {}, None),
-                    ("Newton tail, switch at 1e-4·L₀ (the previous default)",
-                     dict(stiff_switch=1e-4), None),
-                    ("Newton tail from the start (switch at 1·L₀)", dict(stiff_switch=1.0),
-                     None),
-                    ("Newton tail, path rtol 1e-10", dict(rtol=1e-10, atol=1e-14), None),
+            ibflow=[("default options (Newton tail from the start)", {}, None),
+                    ("Newton tail, switch at 1e-1·L₀ (the previous default)",
+                     dict(stiff_switch=1e-1), None),
+                    ("Newton tail, switch at 1e-4·L₀, path rtol 1e-10",
+                     dict(stiff_switch=1e-4, rtol=1e-10, atol=1e-14), None),
                     ("Kvaerno5 tail (integrated), rtol 1e-6, switch 1e-8·L₀",
                      dict(stiff_solver=diffrax.Kvaerno5(), rtol=1e-6, atol=1e-10), None),
                     ("early stop at 1e-12·L₀ (path, Kvaerno5 tail, rtol 1e-6)",
@@ -373,6 +372,45 @@ def ratio_rows(points: list[Point]):
     return rows
 
 
+def run_processes(small: bool, log) -> dict:
+    """Issue 14 target 2: ``python -m benchmarks.cache_probe --sweep`` in two fresh processes
+    sharing a new cache directory (the first traces, compiles and writes; the second loads).
+    Returns both processes' JSON lines."""
+    import subprocess
+    import tempfile
+
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, IBFLOW_CACHE_DIR=cache)
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        for name in ("first", "second"):
+            cmd = [sys.executable, "-m", "benchmarks.cache_probe", "--sweep"]
+            proc = subprocess.run(cmd + (["--quick"] if small else []), env=env, text=True,
+                                  capture_output=True, timeout=900,
+                                  cwd=os.path.dirname(os.path.dirname(__file__)))
+            if proc.returncode != 0:
+                raise RuntimeError(f"cache_probe failed: {proc.stderr[-2000:]}")
+            out[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+            log(f"{name} process: {out[name]}")
+    return out
+
+
+def process_lines(processes: dict) -> list[str]:
+    first, second = processes["first"], processes["second"]
+    warm = min(first["warm_s"], second["warm_s"])
+    ratio = second["first_call_s"] / warm
+    return ["", "**Compile once across processes** (issue 14 target 2: a second process ≤ 2× a "
+            "warm call): `python -m benchmarks.cache_probe --sweep` twice, one new cache "
+            "directory; `ibflow.sweep` with default options.", "",
+            "| process | import [s] | first call [s] | warm call [s] | traced the batch | "
+            "compilation-cache hits |", "|---|---|---|---|---|---|",
+            *(f"| {k} | {v['import_s']:.2f} | {v['first_call_s']:.2f} | {v['warm_s']:.2f} | "
+              f"{'yes' if v['traced'] else 'no (loaded)'} | {v['hits']} |"
+              for k, v in processes.items()),
+            "", f"Second process first call / warm call: **{ratio:.2f}×** "
+            f"({'PASS' if ratio <= 2 else 'FAIL'})."]
+
+
 def markdown(points, ratios, ref, machine) -> str:
     lines = ["**Machine:** " + ", ".join(f"{k}: {v}" for k, v in machine.items()), "",
              f"**Reference:** {ref['how']}; {ref['converged']}/{ref['size']} certified "
@@ -488,8 +526,9 @@ def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None,
         points += run_scipy(p, ref["w"], s, log)
         points += run_gd(p, ref["w"], s, log)
     ratios = ratio_rows(points)
+    processes = run_processes(small, log)
     machine["benchmark wall time [s]"] = round(time.perf_counter() - t_start, 1)
-    md = markdown(points, ratios, ref, machine)
+    md = markdown(points, ratios, ref, machine) + "\n".join(process_lines(processes)) + "\n"
     os.makedirs(out_dir, exist_ok=True)
     paths = dict(md=os.path.join(out_dir, "work_precision.md"),
                  png=os.path.join(out_dir, "work_precision.png"))
@@ -498,7 +537,8 @@ def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None,
         f.write(md)
     with open(paths["json"], "w") as f:
         json.dump(dict(machine=machine, reference={k: v for k, v in ref.items() if k != "w"},
-                       points=[dataclasses.asdict(q) for q in points]), f, indent=1)
+                       points=[dataclasses.asdict(q) for q in points], processes=processes),
+                  f, indent=1)
     plot(points, paths["png"], f"Work–precision, {machine['problem']} ({machine['date (UTC)']})")
     return dict(points=points, ratios=ratios, markdown=md, paths=paths, reference=ref)
 
