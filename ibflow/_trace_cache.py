@@ -9,7 +9,7 @@ same program deserializes it and calls it, and the compilation cache supplies th
 
 The key must change whenever the program could. It is a hash of:
 - the versions of JAX and its family, the platform, device kind and count, and the JAX
-  settings that change tracing (x64, matmul precision);
+  settings that change tracing (x64, matmul precision, promotion rules, PRNG);
 - the size and modification time of every source file of ibflow and of every other module
   loaded from outside the standard library and site-packages (the user's code: a build
   function that calls a helper in another file of theirs changes the key when either changes);
@@ -18,7 +18,8 @@ The key must change whenever the program could. It is a hash of:
 
 Where a static argument cannot be fingerprinted this way (an object of unknown type, or code
 defined in a session without a source file, such as a notebook cell), the call is not cached
-and traces as usual: a stale program is never used, at worst a fresh one is traced.
+and traces as usual. Not covered: a module-level variable changed at run time (a monkeypatched
+constant), which JAX's own in-process cache does not see either.
 """
 
 import functools
@@ -43,6 +44,10 @@ _LIBRARIES = ("builtins", "math", "operator", "functools", "numpy", "jax", "jaxl
               "diffrax", "lineax", "optimistix", "optax", "jaxtyping", "ibflow")
 _VERSIONED = ("jax", "jaxlib", "equinox", "diffrax", "lineax", "optimistix", "optax", "numpy")
 
+#: JAX settings that change what a program traces to.
+_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
+             "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_debug_nans",
+             "jax_disable_jit")
 _loaded: dict[str, Callable] = {}
 _refused: set[str] = set()
 
@@ -61,10 +66,12 @@ def _is_library(module: str) -> bool:
     return module.split(".")[0] in _LIBRARIES
 
 
+@functools.cache
 def _system_paths() -> tuple[str, ...]:
+    """The standard library's and site-packages' directories, as given and resolved."""
     paths = sysconfig.get_paths()
-    return tuple(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib",
-                                                      "platlib") if k in paths)
+    given = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    return tuple(dict.fromkeys(given + [os.path.realpath(p) for p in given]))
 
 
 def _source_files() -> list[tuple[str, int, int]]:
@@ -75,8 +82,11 @@ def _source_files() -> list[tuple[str, int, int]]:
         path = getattr(module, "__file__", None)
         if not path or not path.endswith(".py"):
             continue
+        ours = name.split(".")[0] == "ibflow"
+        if not ours and path.startswith(system):  # cheap test first: most modules are here
+            continue
         real = os.path.realpath(path)
-        if name.split(".")[0] != "ibflow" and real.startswith(system):
+        if not ours and real.startswith(system):
             continue
         try:
             st = os.stat(real)
@@ -143,8 +153,8 @@ def _environment() -> tuple:
         module = sys.modules.get(name)
         versions.append((name, getattr(module, "__version__", None)))
     device = jax.devices()[0]
-    return (tuple(versions), device.platform, device.device_kind, jax.device_count(),
-            bool(jax.config.jax_enable_x64), str(jax.config.jax_default_matmul_precision),
+    settings = tuple(str(getattr(jax.config, name, None)) for name in _SETTINGS)
+    return (tuple(versions), device.platform, device.device_kind, jax.device_count(), settings,
             tuple(_source_files()))
 
 

@@ -75,13 +75,13 @@ class Executor:
     def run(self, params: dict[str, np.ndarray], dataset: dict[str, np.ndarray],
             refs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Integrate the members ``params`` (one flat array per axis) on one data set."""
-        params = jax.device_put({k: jnp.asarray(v) for k, v in params.items()}, self._members)
+        # device_put, not jnp.asarray: that compiles a conversion program per shape and dtype.
+        params = jax.device_put({k: np.asarray(v) for k, v in params.items()}, self._members)
         d = dataset["X"].shape[1]
         X_test = dataset.get("X_test", np.zeros((1, d)))
         y_test = dataset.get("y_test", np.zeros(1))
-        arrays = (dataset["X"], dataset["y"], X_test, y_test,
-                  {k: jnp.asarray(v) for k, v in refs.items()})
-        arrays = jax.device_put(jax.tree_util.tree_map(jnp.asarray, arrays), self._replicated)
+        arrays = jax.device_put((dataset["X"], dataset["y"], X_test, y_test, dict(refs)),
+                                self._replicated)
         with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
             out = self._batch(params, *arrays)
         return {k: np.asarray(v) for k, v in out.items()}

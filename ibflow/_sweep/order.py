@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
@@ -37,11 +36,12 @@ class CostOrder(AbstractOrder):
             return np.arange(size)
         # Abstract probe and one compiled cost program: op-by-op evaluation of `build` would
         # compile each of its primitives separately (~2 s of a first call on the Figure 7.1 grid).
-        probe = eqx.filter_eval_shape(build, **{k: jnp.asarray(v[0]) for k, v in params.items()})
+        # numpy, not jnp.asarray: that compiles a conversion program per shape.
+        probe = eqx.filter_eval_shape(build, **{k: np.asarray(v[0]) for k, v in params.items()})
         if not isinstance(probe, AbstractCostEstimate):
             return np.arange(size)
         with _checks.traced_errors_as_nan():  # no host callback: cacheable across processes
-            cost = _costs(build, {k: jnp.asarray(v) for k, v in params.items()})
+            cost = _costs(build, {k: np.asarray(v) for k, v in params.items()})
         return np.argsort(-np.asarray(cost), kind="stable")
 
 

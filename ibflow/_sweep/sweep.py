@@ -10,7 +10,6 @@ from pathlib import Path
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks
@@ -89,7 +88,7 @@ def sweep(
     members = grid.members()
     build_params = {k: v for k, v in members.items() if k not in option_axes}
     # Abstract: only the model's type matters here (an eager build compiles each primitive).
-    probe = eqx.filter_eval_shape(build, **{k: jnp.asarray(v[0]) for k, v in
+    probe = eqx.filter_eval_shape(build, **{k: np.asarray(v[0]) for k, v in
                                             build_params.items()})
     predictor = isinstance(probe, AbstractPredictorModel)
     references = references if predictor else ()
