@@ -254,7 +254,9 @@ def _summary(r: dict) -> str:
         ("status", f"{r['status_name']}: {r['status']}"),
         ("loss", f"{r['final_loss']:.3e} (target {r['target_loss']:.3e})"),
         ("steps", f"{r['steps']}"),
-        ("time", f"t = {r['time']:.3e} (wall {r['wall_seconds']:.2f} s)"),
+        ("time", ("t = ∞: the limit, by Newton on the dual from t = 0" if r["time"] == 0
+                  and r["converged"] else f"t = {r['time']:.3e}")
+         + f" (wall {r['wall_seconds']:.2f} s)"),
         ("distance", f"to min-ℓ1 {_fmt(r['rel_distance_to_min_l1'])}   "
                      f"to min-ℓ2 {_fmt(r['rel_distance_to_min_l2'])}   "
                      f"to theory {_fmt(r['rel_distance_to_theory'])}   (relative)"),
