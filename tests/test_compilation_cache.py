@@ -46,16 +46,26 @@ def test_second_process_hits_the_cache(tmp_path):
     assert second["loss"] == first["loss"]  # the loaded executable computes the same numbers
 
 
+def _cache_dir_after_import(env):
+    """The compilation cache directory a fresh process has after ``import ibflow`` (the setting
+    is made at import; nothing needs compiling to read it)."""
+    code = "import ibflow, jax, json; print(json.dumps(jax.config.jax_compilation_cache_dir))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_cache_location_and_opt_out(tmp_path):
     # XDG default, off switch, and a user's own JAX setting that ibflow must not override.
-    xdg = _probe(_env(XDG_CACHE_HOME=str(tmp_path / "xdg")))
-    assert xdg["cache_dir"] == str(tmp_path / "xdg" / "ibflow" / "jax")
-    off = _probe(_env(IBFLOW_CACHE_DIR="off", XDG_CACHE_HOME=str(tmp_path / "xdg2")))
-    assert off["cache_dir"] is None and off["hits"] == off["misses"] == 0
-    assert not (tmp_path / "xdg2").exists()
-    own = _probe(_env(IBFLOW_CACHE_DIR=str(tmp_path / "ib"),
-                      JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine")))
-    assert own["cache_dir"] == str(tmp_path / "mine") and not (tmp_path / "ib").exists()
+    xdg = _cache_dir_after_import(_env(XDG_CACHE_HOME=str(tmp_path / "xdg")))
+    assert xdg == str(tmp_path / "xdg" / "ibflow" / "jax") and Path(xdg).is_dir()
+    off = _cache_dir_after_import(_env(IBFLOW_CACHE_DIR="off",
+                                       XDG_CACHE_HOME=str(tmp_path / "xdg2")))
+    assert off is None and not (tmp_path / "xdg2").exists()
+    own = _cache_dir_after_import(_env(IBFLOW_CACHE_DIR=str(tmp_path / "ib"),
+                                       JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine")))
+    assert own == str(tmp_path / "mine") and not (tmp_path / "ib").exists()
 
 
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
