@@ -14,7 +14,8 @@ The key must change whenever the program could. It is a hash of:
   loaded from outside the standard library and site-packages (the user's code: a build
   function that calls a helper in another file of theirs changes the key when either changes);
 - the static part of the arguments (functions by module, name and bytecode, Equinox modules by
-  type and field, plain values by value; array leaves by shape, dtype and sharding).
+  type and field, plain values and arrays held in static fields by value: they are constants of
+  the program; array arguments by shape, dtype and sharding).
 
 Where a static argument cannot be fingerprinted this way (an object of unknown type, or code
 defined in a session without a source file, such as a notebook cell), the call is not cached
@@ -122,8 +123,9 @@ def _fingerprint(x, depth=0):
         return (type(x).__name__, tuple(f(v) for v in x))
     if isinstance(x, dict):
         return ("dict", tuple(sorted((repr(k), f(v)) for k, v in x.items())))
-    if isinstance(x, (np.ndarray, jax.Array)):
-        return ("array", x.shape, str(x.dtype))
+    if isinstance(x, (np.ndarray, jax.Array)):  # in the static part: a constant of the program
+        data = np.ascontiguousarray(np.asarray(x))
+        return ("array", x.shape, str(x.dtype), hashlib.sha256(data.tobytes()).hexdigest())
     if isinstance(x, (np.generic, np.dtype)):
         return ("numpy", repr(x))
     if isinstance(x, type):

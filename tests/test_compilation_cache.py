@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from ibflow import _cache
@@ -166,6 +168,13 @@ def _scaled(scale, x):
     return scale * jnp.sin(x)
 
 
+class _Scaled(eqx.Module):
+    c: np.ndarray = eqx.field(static=True)  # a constant of the traced program
+
+    def __call__(self, s, x):
+        return s * jnp.asarray(self.c) * x
+
+
 class _Opaque:  # no fingerprint: a call bound to it must not be cached
     def __init__(self, c):
         self.c = c
@@ -197,8 +206,14 @@ def test_trace_cache_keys_on_code_and_refuses_what_it_cannot_fingerprint(tmp_pat
     assert bool(jnp.all(cache(apply, first)(x) == 2.0 * x))
     assert bool(jnp.all(cache(apply, second)(x) == 2.0 + x))
     assert len(list(tmp_path.glob("*.exported"))) == 3
+    # Arrays in static fields are constants of the program: keyed by value, not by shape.
+    with pytest.warns(UserWarning, match="static"):
+        two, three = _Scaled(np.full(5, 2.0)), _Scaled(np.full(5, 3.0))
+    assert bool(jnp.all(cache(apply, two)(x) == 4.0 * x))
+    assert bool(jnp.all(cache(apply, three)(x) == 6.0 * x))
+    assert len(list(tmp_path.glob("*.exported"))) == 5
     # An object it cannot fingerprint: computed, never written.
     opaque = cache(lambda o, x: o.c * x, _Opaque(3.0))
     assert opaque._base_key() is False
     assert bool(jnp.all(opaque(x) == 3.0 * x))
-    assert len(list(tmp_path.glob("*.exported"))) == 3
+    assert len(list(tmp_path.glob("*.exported"))) == 5
