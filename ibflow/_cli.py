@@ -254,8 +254,9 @@ def _summary(r: dict) -> str:
         ("status", f"{r['status_name']}: {r['status']}"),
         ("loss", f"{r['final_loss']:.3e} (target {r['target_loss']:.3e})"),
         ("steps", f"{r['steps']}"),
+        # Steps taken at clock 0 are Newton's (a path step advances the clock): the limit.
         ("time", ("t = ∞: the limit, by Newton on the dual from t = 0" if r["time"] == 0
-                  and r["converged"] else f"t = {r['time']:.3e}")
+                  and r["steps"] > 0 and r["converged"] else f"t = {r['time']:.3e}")
          + f" (wall {r['wall_seconds']:.2f} s)"),
         ("distance", f"to min-ℓ1 {_fmt(r['rel_distance_to_min_l1'])}   "
                      f"to min-ℓ2 {_fmt(r['rel_distance_to_min_l2'])}   "
