@@ -92,6 +92,7 @@ from ._formulation import (  # noqa: E402
     Reduction as Reduction,
 )
 from ._solution import Solution as Solution, Trajectory as Trajectory  # noqa: E402
+from ._kinks.mode import EVENT_KINDS as EVENT_KINDS, KinkReport as KinkReport  # noqa: E402
 from ._tail.equilibrium import EquilibriumNewton as EquilibriumNewton  # noqa: E402
 from ._status import Status as Status  # noqa: E402
 

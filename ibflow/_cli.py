@@ -229,6 +229,9 @@ def _run_flow(args) -> int:
         "test_error": test_error, "reference_errors": errors,
         "roundoff_loss_floor": floor, "trustworthy": trustworthy,
     }
+    if sol.kinks is not None:
+        report |= {"switches": int(sol.kinks.switches), "slides": int(sol.kinks.slides),
+                   "sliding_time": float(sol.kinks.sliding_time)}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -262,6 +265,9 @@ def _summary(r: dict) -> str:
                      f"to min-ℓ2 {_fmt(r['rel_distance_to_min_l2'])}   "
                      f"to theory {_fmt(r['rel_distance_to_theory'])}   (relative)"),
     ]
+    if "switches" in r:
+        rows.append(("kinks", f"{r['switches']} switching events, {r['slides']} slides, "
+                              f"t = {r['sliding_time']:.3e} sliding"))
     if r["test_error"] is not None:
         rows.append(("test error", _fmt(r["test_error"])))
     rows += [(f"{name} error", msg) for name, msg in r["reference_errors"].items()]

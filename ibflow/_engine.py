@@ -7,17 +7,20 @@ A solve runs up to two phases: an explicit Diffrax ``diffeqsolve`` stopped by th
 equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else an
 implicit Runge–Kutta ``diffeqsolve`` whose stage equations use the dynamics' structured Jacobian
 (`StructuredChord`): dense closed form for reductions, low rank by Woodbury in parameter space,
-so no p × p matrix is formed. One
-step budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
+so no p × p matrix is formed. Switching dynamics (piecewise-linear models, THEORY §8.2) run
+each phase segment by segment, switch to switch (`ibflow._kinks.solve_segments`). One step
+budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
 """
 
 import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from ._dynamics.base import AbstractDynamics
+from ._kinks.base import AbstractSwitchingDynamics
+from ._kinks.segments import DEFAULT_MAX_SWITCHES, solve_segments
 from ._progress import LossProgress
 from ._solution import Solution, Trajectory, observation, with_predictor
 from ._status import Status, status_from_diffrax
@@ -44,6 +47,7 @@ class SolveOptions(eqx.Module):
     max_steps: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
+    max_switches: Int[Array, ""] | int = DEFAULT_MAX_SWITCHES
 
 
 class _Phase(eqx.Module):
@@ -51,8 +55,15 @@ class _Phase(eqx.Module):
     clock: Array
     steps: Array
     accepted: Array
-    result: dfx.RESULTS
+    status: Status  # converged: the phase reached its stop level
     saved: object
+    kinks: tuple | None = None  # switching dynamics: (mode, KinkReport)
+
+
+def _phase_status(result):
+    """A phase's status from its Diffrax result: converged when its stop event occurred."""
+    status = status_from_diffrax(result, jnp.zeros(()))
+    return Status.where(result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
 
 
 def _with_structured_root_finder(solver, dynamics):
@@ -85,9 +96,22 @@ def _observe(dynamics):
     return observe
 
 
-def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True):
-    """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite).
+def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True,
+           kinks=None, saved=None):
+    """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite); for
+    switching dynamics, one per segment between switches (continuing `kinks` and `saved`).
     Where ``run`` is false the solve is empty (t1 = t0: no step is taken)."""
+    t1 = jnp.where(run, options.t_max, c0)
+    if isinstance(dynamics, AbstractSwitchingDynamics):
+        mode, report = (None, None) if kinks is None else kinks
+        state, clock, steps, accepted, status, report, mode, saved = solve_segments(
+            dynamics, solver, state, c0, stop_at=stop_at, rtol=options.rtol, atol=options.atol,
+            t_max=t1, max_steps=options.max_steps, budget=budget, dt0=options.dt0,
+            adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
+            report=report, save_at=options.save_at, observe=_observe(dynamics), saved=saved,
+            progress=progress)
+        return _Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
+                      saved=saved, kinks=(mode, report))
 
     def stop(c, y, args, **kwargs):
         value = dynamics.loss(y)
@@ -95,7 +119,6 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
             progress.update(value)
         return (value <= stop_at) | ~jnp.isfinite(value)
 
-    t1 = jnp.where(run, options.t_max, c0)
     subs = [dfx.SubSaveAt(t1=True)]
     if options.save_at is not None:
         # Times before this phase's start belong to an earlier phase (see _merge_saved).
@@ -110,14 +133,14 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
         adjoint=options.adjoint)
     last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
     return _Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
-                  accepted=sol.stats["num_accepted_steps"], result=sol.result,
+                  accepted=sol.stats["num_accepted_steps"], status=_phase_status(sol.result),
                   saved=sol.ys[1] if options.save_at is not None else None)
 
 
 def _tail_phase(dynamics, tail, first, *, budget, options, progress):
     """The second phase from where the first stopped: Newton to the equilibrium
     (`EquilibriumNewton`), or the implicit Runge–Kutta tail with the structured root finder."""
-    run = first.result == dfx.RESULTS.event_occurred
+    run = first.status == Status.converged
     if isinstance(tail, EquilibriumNewton):
         state, iterations, result = newton_phase(dynamics, first.state,
                                                  stop_at=options.target_loss, budget=budget,
@@ -125,10 +148,10 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress):
         if progress is not None:
             progress.update(dynamics.loss(state))
         return _Phase(state=state, clock=first.clock, steps=iterations, accepted=iterations,
-                      result=result, saved=first.saved)
+                      status=_phase_status(result), saved=first.saved)
     return _phase(dynamics, _with_structured_root_finder(tail, dynamics), first.state,
                   first.clock, stop_at=options.target_loss, budget=budget, options=options,
-                  progress=progress, run=run)
+                  progress=progress, run=run, kinks=first.kinks, saved=first.saved)
 
 
 def _merge_saved(save_at, first, second, c_switch):
@@ -138,11 +161,10 @@ def _merge_saved(save_at, first, second, c_switch):
         lambda a, b: jnp.where(before.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), first, second)
 
 
-def _status(result, final_loss, target_loss):
-    """The status from the last phase's Diffrax result and the *returned model's* loss:
+def _status(status, final_loss, target_loss):
+    """The status from the deciding phase's status and the *returned model's* loss:
     converged if and only if that loss is ≤ the target."""
-    status = status_from_diffrax(result, final_loss)
-    status = Status.where(result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
+    status = Status.where(jnp.isfinite(final_loss), status, Status.nonfinite)
     reached = jnp.isfinite(final_loss) & (final_loss <= target_loss)
     not_reached = Status.where(status == Status.converged, Status.budget_exhausted, status)
     return Status.where(reached, Status.converged, not_reached)
@@ -164,17 +186,18 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     budget = jnp.asarray(options.max_steps)
     phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
                    stop_at=first_stop, budget=budget, options=options, progress=progress)
-    steps, accepted, result, saved = phase.steps, phase.accepted, phase.result, phase.saved
+    steps, accepted, status, saved = phase.steps, phase.accepted, phase.status, phase.saved
     if tail is not None:
         first = phase
         phase = _tail_phase(dynamics, tail, first, budget=budget - first.steps,
                             options=options, progress=progress)
         steps, accepted = steps + phase.steps, accepted + phase.accepted
         # A first phase that failed, stalled or ran out of budget decides the outcome.
-        result = dfx.RESULTS.where(first.result == dfx.RESULTS.event_occurred, phase.result,
-                                   first.result)
-        if saved is not None:
+        status = Status.where(first.status == Status.converged, phase.status, first.status)
+        if saved is not None and phase.kinks is None:  # the segment loop merges its own
             saved = _merge_saved(options.save_at, first.saved, phase.saved, first.clock)
+        elif saved is not None:
+            saved = phase.saved
     if progress is not None:
         progress.close()
     model = dynamics.model(phase.state)
@@ -186,8 +209,9 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
                                 predictor=predictor_t, invariants=invariants_t)
     out = Solution(model=model, loss=loss, time=dynamics.time(phase.clock, phase.state),
                    clock=phase.clock, steps=steps, accepted_steps=accepted,
-                   status=_status(result, loss, options.target_loss),
-                   target_loss=options.target_loss, trajectory=trajectory)
+                   status=_status(status, loss, options.target_loss),
+                   target_loss=options.target_loss, trajectory=trajectory,
+                   kinks=None if phase.kinks is None else phase.kinks[1])
     out = with_predictor(out)
     if options.throw:
         out = eqx.error_if(out, out.status != Status.converged,

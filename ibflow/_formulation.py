@@ -6,7 +6,9 @@ import equinox as eqx
 
 from ._dynamics.base import AbstractDynamics
 from ._dynamics.parameters import ParameterDynamics
+from ._kinks.dynamics import PiecewiseLinearDynamics
 from ._models.base import AbstractReducibleModel
+from ._models.piecewise_linear import AbstractPiecewiseLinearModel
 
 
 class AbstractFormulation(eqx.Module):
@@ -16,11 +18,31 @@ class AbstractFormulation(eqx.Module):
     def dynamics(self, model, X, y, flow, loss) -> AbstractDynamics: ...
 
 
+def _parameters(model, X, y, flow, loss, kinks, max_sliding_rows):
+    if kinks and isinstance(model, AbstractPiecewiseLinearModel) and model.has_kinks():
+        return PiecewiseLinearDynamics(model, X, y, flow, loss,
+                                       max_sliding_rows=min(max_sliding_rows, X.shape[0]))
+    return ParameterDynamics(model, X, y, flow, loss)
+
+
 class ParameterSpace(AbstractFormulation):
-    """Always integrate the model's trainable parameters (any Equinox module)."""
+    """Always integrate the model's trainable parameters (any Equinox module).
+
+    **Fields:**
+    - `kinks` (default True): for piecewise-linear models (`AbstractPiecewiseLinearModel`:
+      leaky-ReLU neuron, `ShallowNet`, ...), locate every activation switch as an event and
+      follow Filippov sliding modes exactly (THEORY §8.2, `Solution.kinks` reports them).
+      False integrates the model as if it were smooth (autodiff's one-sided slope at 0), where
+      an adaptive solver chatters on a sliding mode until its budget or stall test stops it.
+    - `max_sliding_rows` (default 32): most examples sliding at once; more ends the solve
+      with `Status.degenerate_sliding`.
+    """
+
+    kinks: bool = eqx.field(static=True, default=True)
+    max_sliding_rows: int = eqx.field(static=True, default=32)
 
     def dynamics(self, model, X, y, flow, loss):
-        return ParameterDynamics(model, X, y, flow, loss)
+        return _parameters(model, X, y, flow, loss, self.kinks, self.max_sliding_rows)
 
 
 class Reduction(AbstractFormulation):
@@ -37,12 +59,18 @@ class Reduction(AbstractFormulation):
 
 
 class PreferReduction(AbstractFormulation):
-    """The model's reduction where it offers one for this flow and loss, else parameters."""
+    """The model's reduction where it offers one for this flow and loss, else parameters
+    (`ParameterSpace`, with its fields)."""
+
+    kinks: bool = eqx.field(static=True, default=True)
+    max_sliding_rows: int = eqx.field(static=True, default=32)
 
     def dynamics(self, model, X, y, flow, loss):
         reduced = (model.reduced_dynamics(X, y, flow, loss)
                    if isinstance(model, AbstractReducibleModel) else None)
-        return ParameterDynamics(model, X, y, flow, loss) if reduced is None else reduced
+        if reduced is None:
+            return _parameters(model, X, y, flow, loss, self.kinks, self.max_sliding_rows)
+        return reduced
 
 
 #: The deprecated ``method=`` strings and the strategies that replace them.

@@ -46,7 +46,8 @@ class Solution(eqx.Module):
     - `steps`: solver steps attempted over all phases (accepted + rejected; `max_steps` bounds
       it), `accepted_steps`: of which accepted.
     - `trajectory`: a `Trajectory` at the requested save points, or None.
-    - `kinks`: for piecewise-linear models, the switch/slide report, else None.
+    - `kinks`: for piecewise-linear models integrated through their kinks, the `KinkReport`
+      (switches, slides, sliding time, final pattern, event log), else None.
     """
 
     model: eqx.Module

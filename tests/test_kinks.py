@@ -8,20 +8,19 @@ import numpy as np
 import pytest
 
 import ibflow
-from ibflow._kinks import integrate_kinked
 
 
 def _relative(a, b):
     return np.asarray(jnp.linalg.norm(a - b, axis=-1) / jnp.linalg.norm(b, axis=-1))
 
 
-_one = eqx.filter_jit(lambda m, X, y: integrate_kinked(m, X, y, throw=False))
+_one = eqx.filter_jit(lambda m, X, y: ibflow.integrate(m, X, y, throw=False))
 
 
 def _kinked(models, X, y):
     """Each problem in turn through one compiled single-problem solve, results stacked. (Under
-    ``vmap`` the segment loop runs in lockstep with masked branches: measured 17× slower on
-    these 24 problems, 180 s against 10.7 s; see the closing note of issue 13.)"""
+    ``vmap`` the segment loop runs in lockstep: every member waits for the slowest segment,
+    measured 4.1 s against 1.0 s of run time for 20 Theorem-4 problems; the sweep vmaps.)"""
     outs = [_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models), X[i], y[i])
             for i in range(X.shape[0])]
     return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
@@ -66,7 +65,8 @@ def test_theorem4_through_kinks(getkey):
     shapes = jax.random.uniform(getkey(), (k,), minval=-0.9, maxval=0.9)
     models, X, y = eqx.filter_vmap(lambda key, g, a, s: _random_leaky(key, g, a, s, 6, 20))(
         jax.random.split(getkey(), k), gammas, alphas, shapes)
-    sol, report = _kinked(models, X, y)
+    sol = _kinked(models, X, y)
+    report = sol.kinks
     res = _theorem4_reference(models, sol, X, y)
     assert np.all(np.asarray(res.converged))
     converged = np.asarray(sol.converged)
@@ -83,7 +83,7 @@ def test_theorem4_through_kinks(getkey):
     cases = jnp.array([[1e-3, -0.5], [1.0, 0.5], [10.0, 0.95]])
     models, X, y = eqx.filter_vmap(lambda key, c: _gd_dagger(key, c[0], c[1]))(
         jax.random.split(getkey(), 3), cases)
-    sol, report = _kinked(models, X, y)
+    sol = _kinked(models, X, y)
     res = _theorem4_reference(models, sol, X, y)
     assert np.all(np.asarray(sol.converged)), np.asarray(sol.status._value)
     assert np.max(_relative(sol.predictor, res.w)) < 1e-10, _relative(sol.predictor, res.w)
@@ -110,7 +110,8 @@ def test_warped_and_mirror_flows_slide_to_the_same_limit():
     flows = [warped, ibflow.MirrorFlow(ibflow.QuadraticPotential(0.5), learning_rate=2.0)]
     ref = None
     for flow in flows:
-        sol, report = integrate_kinked(m, X, y, flow=flow, throw=False)
+        sol = ibflow.integrate(m, X, y, flow=flow, throw=False)
+        report = sol.kinks
         assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
         assert int(report.slides) >= 1
         if ref is None:
@@ -119,14 +120,37 @@ def test_warped_and_mirror_flows_slide_to_the_same_limit():
             assert int(report.switches) > 2
         assert _relative(sol.predictor, ref) < 1e-10
 
-    sol, report = integrate_kinked(m, X, y, flow=warped, max_switches=2, throw=False)
+    sol = ibflow.integrate(m, X, y, flow=warped, max_switches=2, throw=False)
     assert sol.status == ibflow.Status.unresolved_switching
-    assert int(report.switches) == 2
+    assert int(sol.kinks.switches) == 2
 
 
-def test_bad_switch_budget_and_model_are_refused():
+def test_bad_switch_budget_is_refused():
     m, X, y = _sliding_problem()
     with pytest.raises(ValueError, match="max_switches"):
-        integrate_kinked(m, X, y, max_switches=0)
-    with pytest.raises(ValueError, match="model"):
-        integrate_kinked(ibflow.LinearModel(jnp.zeros(30)), X, y)
+        ibflow.integrate(m, X, y, max_switches=0)
+
+
+def test_shallow_relu_net_slides_and_keeps_its_invariants():
+    """`ShallowNet` (ReLU, width 16) on the four points of the mirror-relu reproduction, a(0) = 0:
+    kinks reach data points and slide along them (THEORY §8.2). Gradient flow conserves
+    ``a_k² − w_k² − b_k²`` per neuron for any slope ``σ'(0) ∈ [0, 1]`` (THEORY §2.7), so the
+    invariants are an independent check of every crossing and slide (a pair integrated on the
+    wrong side breaks them). Seed 1 of the same setting is left out, with its measured status:
+    it reaches loss 2e-10 (relative 1e-8) at t = 2.1e4 in the explicit phase and ends
+    ``budget_exhausted`` with default options; ``stiff_switch=1e-3`` makes it converge in
+    98 142 steps at t = 1.4e5 (an ill-conditioned, slow flow, not chattering)."""
+    from ibflow._reproduce.mirror import BIAS, X_DATA, Y_DATA
+
+    X, y = jnp.asarray(X_DATA)[:, None], jnp.asarray(Y_DATA)
+    slides = 0
+    for seed in (0, 2, 3):
+        net = ibflow.ShallowNet.init(16, bias=BIAS, key=jax.random.key(seed))
+        sol = _one(net, X, y)
+        assert sol.status == ibflow.Status.converged, (seed, ibflow.Status[sol.status])
+        before, after = net.invariants()["balance"], sol.model.invariants()["balance"]
+        np.testing.assert_allclose(after, before, rtol=0, atol=1e-11)
+        outputs = jax.vmap(sol.model)(X)
+        np.testing.assert_allclose(outputs, y, rtol=0, atol=1e-10)
+        slides += int(sol.kinks.slides)
+    assert slides >= 3

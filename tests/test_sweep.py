@@ -153,9 +153,13 @@ def test_sweep_over_leaky_neuron_records_test_error_of_its_outputs():
     grid = ibflow.Grid(scale=[0.05, 0.2], seed=[0, 1, 2])
     res = ibflow.sweep(Leaky(d), grid, data, chunk_size=4, progress=False, rtol=1e-8,
                        atol=1e-12, target_loss=1e-12, references=())
+    # A piecewise-linear model also records its kink events per member (THEORY §8.2).
     assert set(res.fields) == {"loss", "steps", "time", "status", "test_error", "predictor",
-                               "parameters"}
+                               "parameters", "switches", "slides", "sliding_time"}
     assert res.converged.all()
+    switches, slides = res["switches"], res["slides"]
+    assert np.all(switches >= slides) and np.all(slides >= 0)
+    assert np.all((res["sliding_time"] >= 0) & (res["sliding_time"] <= res["time"]))
     for i, scale in enumerate(grid.axes["scale"]):
         for j, seed in enumerate(grid.axes["seed"]):
             # The sign of a never changes along the flow (a² − ‖w‖² > 0 is conserved), so the

@@ -34,6 +34,16 @@ class ParameterDynamics(AbstractDynamics):
     def data_loss(self, model):
         return self.loss_fn(jax.vmap(model)(self.X), self.y)
 
+    def per_example(self, model, args):
+        """``(f, inputs)`` with ``f(model, inputs[i])`` the output on example i as the vector
+        field sees it in mode ``args``: the model itself here; switching dynamics fix the slopes
+        at kinks (`ibflow._kinks`)."""
+        return (lambda m, x: m(x)), self.X
+
+    def outputs(self, model, args):
+        f, inputs = self.per_example(model, args)
+        return jax.vmap(f, in_axes=(None, 0))(model, inputs)
+
     def initial_state(self):
         state = {"theta": eqx.filter(self.initial, eqx.is_inexact_array)}
         if self.flow.time_warped:
@@ -53,9 +63,13 @@ class ParameterDynamics(AbstractDynamics):
         return (self.flow.speed(model, self.initial, grad, value),
                 self.flow.preconditioner(model, self.initial))
 
+    def _value_and_grad(self, model, args):
+        return eqx.filter_value_and_grad(
+            lambda m: self.loss_fn(self.outputs(m, args), self.y))(model)
+
     def vector_field(self, c, state, args):
         model = self.model(state)
-        value, grad = eqx.filter_value_and_grad(self.data_loss)(model)
+        value, grad = self._value_and_grad(model, args)
         speed, pre = self._speed_and_preconditioner(model, grad, value)
         if pre is None:
             velocity = jax.tree_util.tree_map(lambda g: -speed * g, grad)
@@ -68,12 +82,13 @@ class ParameterDynamics(AbstractDynamics):
 
     def linearization(self, c, state, args):
         model = self.model(state)
-        outputs = jax.vmap(model)(self.X)
+        outputs = self.outputs(model, args)
         # Diagonal of the loss's Hessian in the outputs (1/n for the square loss).
         h = jnp.diag(jax.hessian(self.loss_fn)(outputs, self.y))
-        jac = jax.vmap(lambda x: eqx.filter_grad(lambda m: m(x))(model))(self.X)
+        f, inputs = self.per_example(model, args)
+        jac = jax.vmap(lambda x: eqx.filter_grad(lambda m: f(m, x))(model))(inputs)
         jac = eqx.filter(jac, eqx.is_inexact_array)
-        value, grad = eqx.filter_value_and_grad(self.data_loss)(model)
+        value, grad = self._value_and_grad(model, args)
         speed, pre = self._speed_and_preconditioner(model, grad, value)
 
         def u_leaf(j, p=None):

@@ -1,8 +1,8 @@
 """Exact flows through activation kinks: event-located switches and Filippov sliding
-(THEORY §8.2)."""
+(THEORY §8.2). The engine runs them (`ibflow.integrate` on an `AbstractPiecewiseLinearModel`)."""
 
 from .base import AbstractSwitchingDynamics as AbstractSwitchingDynamics
 from .dynamics import PiecewiseLinearDynamics as PiecewiseLinearDynamics
-from .integrate import integrate_kinked as integrate_kinked
-from .mode import KinkCounters as KinkCounters, KinkReport as KinkReport, Mode as Mode
+from .mode import (EVENT_KINDS as EVENT_KINDS, EVENT_LOG as EVENT_LOG,
+                   KinkCounters as KinkCounters, KinkReport as KinkReport, Mode as Mode)
 from .segments import solve_segments as solve_segments

@@ -6,9 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._flows.base import AbstractFlow
-from .._losses import AbstractLoss
-from .._models.piecewise_linear import AbstractPiecewiseLinearModel
+from .._dynamics.parameters import ParameterDynamics
 from .base import AbstractSwitchingDynamics
 from .equivalent_control import equivalent_control
 from .mode import KinkCounters, Mode
@@ -16,48 +14,68 @@ from .mode import KinkCounters, Mode
 #: A sliding multiplier that lies outside ``[lo, hi]`` by more than this fraction of
 #: ``hi − lo`` leaves the sliding set at a transition.
 _BOX_TOLERANCE = 1e-12
+#: Every event value starts a segment at least this far above 0. It must stay a normal float
+#: after the segment loop's event scaling: XLA on CPU flushes subnormals to 0, and an event
+#: function that starts at 0 has no down-crossing, so a later switch would be missed.
+_OFFSET_FLOOR = 1e-200
 
 
-class PiecewiseLinearDynamics(AbstractSwitchingDynamics):
-    """``dθ/dt = flow.velocity(θ, θ₀, ∇_θ L(θ; σ'), L)`` with the slopes ``σ'`` of every
+def _output_with_slopes(model, inputs):
+    """The model's own output ``f(x)``, with the parameter derivative of ``σ(z) → slope·z``.
+
+    The value does not depend on the slopes, even off the kink (``z ≠ 0`` to root-finder
+    accuracy), so the residuals do not either and the equivalent-control system is exactly
+    affine in the slopes; the slope-dependent term is its own parameter derivative only."""
+    x, slopes = inputs
+    frozen = jax.tree_util.tree_map(
+        lambda a: jax.lax.stop_gradient(a) if eqx.is_inexact_array(a) else a, model)
+    return frozen(x) + model.output_with_slopes(x, slopes) - frozen.output_with_slopes(x, slopes)
+
+
+class PiecewiseLinearDynamics(ParameterDynamics, AbstractSwitchingDynamics):
+    """``dθ/dc = flow.velocity(θ, θ₀, ∇_θ L(θ; σ'), L)`` with the slopes ``σ'`` of every
     (example, neuron) pair fixed by the mode: ``hi``/``lo`` by side, and on sliding pairs the
     equivalent-control multipliers ``λ ∈ [lo, hi]`` that keep ``z = 0`` (THEORY §8.2).
+
+    The parameter-space dynamics (`ParameterDynamics`: same state, real time of warped flows,
+    Gauss–Newton tail Jacobian) with the parameter derivative taken at the mode's slopes
+    (`_output_with_slopes`), so the adaptive solver never sees a kink and the implicit tail
+    keeps its O(n·p) low-rank Jacobian.
 
     Works for any flow whose velocity keeps neurons separable (gradient, diagonal mirror,
     positive scalar warp): the field stays affine in ``σ'(0)``, and a warp rescales the
     one-sided fields without changing which side they point to.
 
-    **Fields:** `initial` (the model at t = 0), `X` (n, d), `y` (n,), `flow`, `loss_fn`,
-    `max_sliding_rows` (static: at most this many examples may slide at once; more is reported
-    as degenerate sliding).
+    **Fields:** those of `ParameterDynamics` (``initial`` an `AbstractPiecewiseLinearModel`),
+    and `max_sliding_rows` (static: at most this many examples may slide at once; more is
+    reported as degenerate sliding).
     """
 
-    initial: AbstractPiecewiseLinearModel
-    X: Float[Array, "n d"]
-    y: Float[Array, " n"]
-    flow: AbstractFlow
-    loss_fn: AbstractLoss
     max_sliding_rows: int = eqx.field(static=True)
 
     # --- the smooth pieces ---------------------------------------------------------------
-    def initial_state(self):
-        return eqx.filter(self.initial, eqx.is_inexact_array)
+    def per_example(self, model, args):
+        # ``args``: the slopes (n, m) of every pair (`slopes`), or None for the model's own.
+        if args is None:
+            return super().per_example(model, args)
+        return _output_with_slopes, (self.X, args)
 
-    def model(self, state):
-        return eqx.combine(state, eqx.filter(self.initial, eqx.is_inexact_array, inverse=True))
+    def vector_field(self, c, state, args: Mode):
+        return super().vector_field(c, state, self._mode_slopes(state, args))
 
-    def loss(self, state):
-        return self.loss_fn(jax.vmap(self.model(state))(self.X), self.y)
+    def linearization(self, c, state, args: Mode | None):
+        # The Gauss–Newton form at the mode's slopes (held fixed: the equivalent control's own
+        # dependence on the state is left to the chord iteration). ``args`` is None where the
+        # engine only asks for the structure's shape.
+        mode = self.initial_mode(state) if args is None else args
+        return super().linearization(c, state, self._mode_slopes(state, mode))
 
-    def data_loss(self, model):
-        return self.loss_fn(jax.vmap(model)(self.X), self.y)
-
-    def time(self, c, state):
-        # The segment loop integrates in the flow's clock (real time for unwarped flows).
-        return c
-
-    def linearization(self, c, state, args):
-        return None
+    def _mode_slopes(self, state, mode):
+        slopes, ok, _ = self.slopes(state, mode.positive, mode.sliding)
+        # A singular multiplier system is caught by the event function (value −1), which ends
+        # the segment; until then keep the field finite.
+        lo, hi = self._bounds()
+        return jnp.where(ok, slopes, jnp.where(mode.positive, hi, lo))
 
     def preactivations(self, state) -> Float[Array, "n m"]:
         return jax.vmap(self.model(state).preactivations)(self.X)
@@ -66,16 +84,8 @@ class PiecewiseLinearDynamics(AbstractSwitchingDynamics):
         lo, hi = self.initial.slope_bounds()
         return jnp.asarray(lo, dtype=float), jnp.asarray(hi, dtype=float)
 
-    def _velocity(self, state, slopes):
-        def loss(model):
-            return self.loss_fn(jax.vmap(model.output_with_slopes)(self.X, slopes), self.y)
-
-        model = self.model(state)
-        value, grad = eqx.filter_value_and_grad(loss)(model)
-        return self.flow.velocity(model, self.initial, grad, value)
-
     def _zdot(self, state, slopes):
-        velocity = self._velocity(state, slopes)
+        velocity = ParameterDynamics.vector_field(self, jnp.zeros(()), state, slopes)
         return jax.jvp(self.preactivations, (state,), (velocity,))[1]
 
     def slopes(self, state, positive: Bool[Array, "n m"], sliding: Bool[Array, "n m"]
@@ -91,14 +101,6 @@ class PiecewiseLinearDynamics(AbstractSwitchingDynamics):
 
         return jax.lax.cond(jnp.any(sliding), slide,
                             lambda: (base, jnp.array(True), jnp.zeros_like(base)))
-
-    def vector_field(self, t, state, args: Mode):
-        slopes, ok, _ = self.slopes(state, args.positive, args.sliding)
-        # A singular multiplier system is caught by the event function (value −1), which ends
-        # the segment; until then keep the field finite.
-        lo, hi = self._bounds()
-        slopes = jnp.where(ok, slopes, jnp.where(args.positive, hi, lo))
-        return self._velocity(state, slopes)
 
     # --- switching -------------------------------------------------------------------------
     def _pair_values(self, state, positive, sliding):
@@ -118,7 +120,7 @@ class PiecewiseLinearDynamics(AbstractSwitchingDynamics):
 
     def _with_offsets(self, state, positive, sliding) -> Mode:
         values, _, _ = self._pair_values(state, positive, sliding)
-        offset = 2 * jnp.minimum(values, 0.0) - jnp.finfo(values.dtype).tiny
+        offset = 2 * jnp.minimum(values, 0.0) - _OFFSET_FLOOR
         return Mode(positive=positive, sliding=sliding, offset=offset)
 
     def event_function(self, t, state, mode: Mode):

@@ -47,6 +47,8 @@ class KinkReport(eqx.Module):
     - `sliding_time`: total flow time during which at least one pair was sliding.
     - `pattern`: the final activation pattern (n, m), True where ``z > 0``.
     - `sliding`: the final sliding set (n, m).
+    - `event_clock` (`EVENT_LOG`,): the clock values of the first `EVENT_LOG` events (``inf``
+      after the last); `event_kind`: what each did, an index into `EVENT_KINDS` (−1: none).
     """
 
     switches: Int[Array, ""]
@@ -55,3 +57,12 @@ class KinkReport(eqx.Module):
     sliding_time: Float[Array, ""]
     pattern: Bool[Array, "n m"]
     sliding: Bool[Array, "n m"]
+    event_clock: Float[Array, " K"]
+    event_kind: Int[Array, " K"]
+
+
+#: Events a `KinkReport` logs, at most this many per solve (the first ones).
+EVENT_LOG = 64
+#: ``KinkReport.event_kind`` values: a pair crossed its kink (or touched it), a pair began to
+#: slide, a sliding pair left the kink.
+EVENT_KINDS = ("cross", "slide", "exit")

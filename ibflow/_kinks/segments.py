@@ -1,4 +1,5 @@
-"""The segment loop: ``diffeqsolve`` from switch to switch (THEORY §8.2)."""
+"""The segment loop: ``diffeqsolve`` from switch to switch (THEORY §8.2). The engine
+(``ibflow._engine``) runs each phase of a switching dynamics through `solve_segments`."""
 
 import diffrax as dfx
 import equinox as eqx
@@ -7,22 +8,36 @@ import jax.numpy as jnp
 import optimistix as optx
 
 from .._status import Status
+from .._tail.budget import BudgetController
 from .base import AbstractSwitchingDynamics
-from .mode import KinkReport
+from .mode import EVENT_LOG, KinkReport
 
 #: Default budget of switching events per solve; more ends with
 #: ``Status.unresolved_switching`` (a Zeno-like sequence of switches).
 DEFAULT_MAX_SWITCHES = 2000
+#: The loss event is located where ``L = _STOP_AIM · stop_at``: the located state's loss carries
+#: ~1e-4 relative roundoff (see the segment loop), so aiming at the level itself could return a
+#: loss just above it, which the engine (converged ⇔ loss ≤ target) must not call converged.
+_STOP_AIM = 0.5
 #: Largest event value accepted as a located root when bisection cannot meet its tolerance.
 _ROUNDOFF_EVENT = 1e-3
 _EVENT_SCALE = 1e-4
 
 
+def empty_report(mode) -> KinkReport:
+    """A report with no event yet, at `mode`."""
+    return KinkReport(switches=jnp.array(0), slides=jnp.array(0), exits=jnp.array(0),
+                      sliding_time=jnp.zeros(()), pattern=mode.positive, sliding=mode.sliding,
+                      event_clock=jnp.full(EVENT_LOG, jnp.inf),
+                      event_kind=jnp.full(EVENT_LOG, -1))
+
+
 def solve_segments(
     dynamics: AbstractSwitchingDynamics, solver: dfx.AbstractAdaptiveSolver, state, t0, *,
-    stop_at, rtol, atol, t_max, max_steps: int, dt0=None,
+    stop_at, rtol, atol, t_max, max_steps: int, budget=None, dt0=None,
     adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
-    max_switches: int = DEFAULT_MAX_SWITCHES, mode=None, report: KinkReport | None = None,
+    max_switches=DEFAULT_MAX_SWITCHES, mode=None, report: KinkReport | None = None,
+    save_at=None, observe=None, saved=None, progress=None,
 ):
     """Integrate `dynamics` from ``(t0, state)`` until ``L ≤ stop_at``, switching modes at
     located events.
@@ -30,32 +45,38 @@ def solve_segments(
     Each segment is one ``diffeqsolve`` with the mode in ``args`` and one event, the first root
     of ``min(log(L/stop_at), dynamics.event_function)`` (the loss reaching `stop_at` or a
     switch), located by bisection on the dense output; whichever of the two is smaller there
-    decides which happened. At a
-    switch ``dynamics.transition`` picks the next mode. `max_steps` (static) bounds the
-    accepted steps of all segments together: the loop stops once they reach it (the last
-    segment may overrun by at most its own steps). `mode` and `report` continue an earlier
-    call (e.g. a stiff tail phase).
+    decides which happened. At a switch ``dynamics.transition`` picks the next mode.
+    `budget` (default `max_steps`; may be traced) bounds the attempted steps of all segments
+    together, through the engine's `BudgetController`, which also ends a segment whose clock
+    stalls; `max_steps` (static) sizes each ``diffeqsolve``. `mode`, `report` and `saved`
+    continue an earlier call (e.g. a stiff tail phase). With `save_at` (clock values) and
+    `observe` (``(c, state, args) -> pytree``), `saved` records ``observe`` at each save time
+    that a segment covers (others keep their value, ``inf`` at first).
 
     Works under ``jit`` and ``vmap`` (each member keeps its own mode and counts).
 
-    Returns ``(state, t, steps, status, report, mode)``: the final state and time, the
-    accepted steps, a `Status` (converged, budget_exhausted, nonfinite, solver_failed,
-    unresolved_switching or degenerate_sliding) and a `KinkReport`.
+    Returns ``(state, t, steps, accepted, status, report, mode, saved)``: the final state and
+    clock, the attempted and accepted steps, a `Status` (converged: `stop_at` reached;
+    budget_exhausted, stalled, nonfinite, solver_failed, unresolved_switching or
+    degenerate_sliding), the `KinkReport` and the final mode.
     """
     if not isinstance(dynamics, AbstractSwitchingDynamics):
         raise ValueError("dynamics must be an AbstractSwitchingDynamics.")
     if mode is None:
         mode = dynamics.initial_mode(state)
     if report is None:
-        report = KinkReport(switches=jnp.array(0), slides=jnp.array(0), exits=jnp.array(0),
-                            sliding_time=jnp.zeros(()), pattern=mode.positive,
-                            sliding=mode.sliding)
+        report = empty_report(mode)
+    budget = jnp.asarray(max_steps if budget is None else budget)
+    t0 = jnp.asarray(t0, dtype=float)
+    if save_at is not None and saved is None:
+        shape = jax.eval_shape(lambda: jax.vmap(lambda c: observe(c, state, mode))(save_at))
+        saved = jax.tree_util.tree_map(lambda s: jnp.full(s.shape, jnp.inf, s.dtype), shape)
 
     def stop_value(y):
-        # log(L / stop_at): crosses 0 downwards when the loss reaches its target; −1 (an
+        # log(L / (aim·stop_at)): crosses 0 downwards just below the stop level; −1 (an
         # immediate event) when the loss is not finite.
         value = dynamics.loss(y)
-        return jnp.where(jnp.isfinite(value), jnp.log(value / stop_at), -1.0)
+        return jnp.where(jnp.isfinite(value), jnp.log(value / (_STOP_AIM * stop_at)), -1.0)
 
     def event_value(t, y, args, **kwargs):
         # One scalar event, so that a bracketing root finder applies: the min of many
@@ -74,17 +95,28 @@ def solve_segments(
                       root_finder=optx.Bisection(rtol=1e-14, atol=1e-12, flip=True),
                       direction=False)
     term = dfx.ODETerm(dynamics.vector_field)
-    controller = dfx.PIDController(rtol=rtol, atol=atol)
 
     def segment(carry):
-        state, t, mode, steps, status, done, report = carry
-        sol = dfx.diffeqsolve(term, solver, t0=t, t1=t_max, dt0=dt0, y0=state, args=mode,
-                              stepsize_controller=controller, event=event,
-                              saveat=dfx.SaveAt(t1=True), max_steps=max_steps, throw=False,
+        state, t, mode, steps, accepted, status, done, report, saved = carry
+        controller = BudgetController(dfx.PIDController(rtol=rtol, atol=atol), budget - steps)
+        subs = [dfx.SubSaveAt(t1=True)]
+        if save_at is not None:
+            subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, t, t_max), fn=observe))
+        # Under vmap the loop runs until every member is done; a member that is done already
+        # takes no step (t1 = t0) instead of integrating on past its stop.
+        sol = dfx.diffeqsolve(term, solver, t0=t, t1=jnp.where(done, t, t_max), dt0=dt0,
+                              y0=state, args=mode, stepsize_controller=controller, event=event,
+                              saveat=dfx.SaveAt(subs=subs), max_steps=max_steps, throw=False,
                               adjoint=adjoint)
-        new_state = jax.tree_util.tree_map(lambda a: a[-1], sol.ys)
-        new_t = sol.ts[-1]
-        steps = steps + sol.stats["num_accepted_steps"]
+        new_state = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
+        new_t = sol.ts[0][-1]
+        if save_at is not None:
+            covered = (save_at >= t) & (save_at <= new_t)
+            saved = jax.tree_util.tree_map(
+                lambda a, b: jnp.where(covered.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
+                sol.ys[1], saved)
+        steps = steps + sol.stats["num_steps"]
+        accepted = accepted + sol.stats["num_accepted_steps"]
         # Bisection also asks |value| < atol at the root. The loss of an interpolated state
         # near a 1e-24 target carries roundoff of ~1e-4 relative (the residual is ~1e-12 of a
         # state of size 1), so log(L/stop_at) cannot get below that; the root finder then
@@ -99,27 +131,38 @@ def solve_segments(
         new_mode, counts = dynamics.transition(new_t, new_state, mode)
         sliding_time = report.sliding_time + jnp.where(jnp.any(mode.sliding), new_t - t, 0.0)
         mode = jax.tree_util.tree_map(lambda a, b: jnp.where(switched, a, b), new_mode, mode)
+        # The log's entry: index `switches` (dropped past the end, or when nothing switched).
+        entry = jnp.where(switched, report.switches, EVENT_LOG)
+        kind = jnp.where(counts.exits > 0, 2, jnp.where(counts.slides > 0, 1, 0))
         report = KinkReport(
             switches=report.switches + jnp.where(switched, counts.switches, 0),
             slides=report.slides + jnp.where(switched, counts.slides, 0),
             exits=report.exits + jnp.where(switched, counts.exits, 0),
-            sliding_time=sliding_time, pattern=mode.positive, sliding=mode.sliding)
+            sliding_time=sliding_time, pattern=mode.positive, sliding=mode.sliding,
+            event_clock=report.event_clock.at[entry].set(new_t, mode="drop"),
+            event_kind=report.event_kind.at[entry].set(kind, mode="drop"))
         loss = dynamics.loss(new_state)
+        if progress is not None:
+            progress.update(loss)
         status = Status.where(stopped, Status.converged, Status.solver_failed)
         status = Status.where(
             (sol.result == dfx.RESULTS.max_steps_reached) | (sol.result == dfx.RESULTS.successful)
-            | (switched & (steps >= max_steps)), Status.budget_exhausted, status)
+            | (switched & (steps >= budget)), Status.budget_exhausted, status)
+        status = Status.where(sol.result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
         status = Status.where(switched & (report.switches >= max_switches),
                               Status.unresolved_switching, status)
         status = Status.where(switched & counts.degenerate, Status.degenerate_sliding, status)
         status = Status.where(jnp.isfinite(loss), status, Status.where(
             jnp.any(mode.sliding), Status.degenerate_sliding, Status.nonfinite))
-        done = ~switched | (steps >= max_steps) | (report.switches >= max_switches) | (
+        done = ~switched | (steps >= budget) | (report.switches >= max_switches) | (
             switched & counts.degenerate) | ~jnp.isfinite(loss)
-        return new_state, new_t, mode, steps, status, done, report
+        return new_state, new_t, mode, steps, accepted, status, done, report, saved
 
-    init = (state, jnp.asarray(t0, dtype=float), mode, jnp.array(0), Status.solver_failed,
-            jnp.array(False), report)
-    state, t, mode, steps, status, _, report = eqx.internal.while_loop(
-        lambda carry: ~carry[5], segment, init, kind="lax")
-    return state, t, steps, status, report, mode
+    zero = jnp.zeros((), dtype=budget.dtype)
+    init = (state, t0, mode, zero, zero, Status.solver_failed, jnp.array(False), report, saved)
+    # Checkpointed: reverse-mode differentiable (the event times are, so a crossing's jump in
+    # the field enters the derivative). Each segment takes at least one step, so `max_steps`
+    # bounds the segments.
+    state, t, mode, steps, accepted, status, _, report, saved = eqx.internal.while_loop(
+        lambda carry: ~carry[6], segment, init, kind="checkpointed", max_steps=max_steps)
+    return state, t, steps, accepted, status, report, mode, saved

@@ -99,6 +99,9 @@ class TwoLayerClassifier(AbstractInvariantModel, AbstractReducibleModel,
     def _second(self):
         return self.second if self.train_second else jax.lax.stop_gradient(self.second)
 
+    def has_kinks(self) -> bool:
+        return True
+
     def preactivations(self, x: Float[Array, " d"]) -> Float[Array, " m"]:
         """``⟨wⱼ, x⟩ + bⱼ`` for every neuron."""
         pre = self.first @ x

@@ -57,6 +57,9 @@ class LeakyReLUNeuron(AbstractPredictorModel, AbstractInvariantModel,
     def invariants(self) -> dict[str, Float[Array, ""]]:
         return {"delta": self.a**2 - jnp.sum(self.w**2)}
 
+    def has_kinks(self) -> bool:
+        return True
+
     def preactivations(self, x: Float[Array, " d"]) -> Float[Array, " 1"]:
         return jnp.dot(self.w, x)[None]
 

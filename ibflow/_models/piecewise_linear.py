@@ -23,6 +23,12 @@ class AbstractPiecewiseLinearModel(AbstractModel):
     """
 
     @abc.abstractmethod
+    def has_kinks(self) -> bool:
+        """Whether this instance's activation has a kink (static, Python bool). A model family
+        whose activation is chosen per instance (`TwoLayerNet`) says here whether the kink
+        machinery applies: False for a linear or smooth activation."""
+
+    @abc.abstractmethod
     def preactivations(self, x: Float[Array, " d"]) -> Float[Array, " m"]:
         """``zⱼ(θ, x)`` for every neuron j on one example."""
 

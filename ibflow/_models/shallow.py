@@ -104,9 +104,9 @@ class ShallowNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
     of THEORY §3.1 train with learning rate ``η₀/n`` (``MirrorFlow(..., learning_rate=η₀/n)``):
     the output-layer tangent kernel is Θ(n).
 
-    The ODE right-hand side is non-smooth where a kink ``b_k/w_k`` meets a data point; with
-    ``η₀/n`` and n ≳ 100 this is rare, at small widths a kink can slide along a data point and
-    the adaptive solver crawls (``Status.budget_exhausted``).
+    The ODE right-hand side is non-smooth where a kink ``b_k/w_k`` meets a data point; at small
+    widths a kink can reach a data point and slide along it. `ibflow.integrate` locates each
+    such switch as an event and follows a slide exactly (Filippov, THEORY §8.2).
 
     ``σ`` is positively homogeneous, so gradient flow conserves ``a_k² − w_k² − b_k²`` per neuron
     (THEORY §2.7 with the bias as a weight on the constant input); mirror flow does not.
@@ -166,6 +166,9 @@ class ShallowNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
 
     def invariants(self) -> dict[str, Float[Array, " n"]]:
         return {"balance": self.a**2 - self.w**2 - self.b**2}
+
+    def has_kinks(self) -> bool:
+        return True
 
     def preactivations(self, x: Float[Array, ""] | Float[Array, " 1"]) -> Float[Array, " n"]:
         """``w_k x − b_k`` for one scalar input."""

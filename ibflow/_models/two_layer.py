@@ -6,18 +6,23 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .._activations.base import AbstractActivation
+from .._activations.base import AbstractActivation, AbstractPiecewiseLinearActivation
 from .._activations.relu import Identity
 from ._init import checked_scale_shape, layer_norms
 from .base import AbstractInvariantModel
+from .piecewise_linear import AbstractPiecewiseLinearModel
 
 
-class TwoLayerNet(AbstractInvariantModel):
+class TwoLayerNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
     """``f(x) = Σⱼ aⱼ σ(⟨wⱼ, x⟩ + bⱼ)`` with every layer trained.
 
     **Fields:** `first` W (m, d); `second` a (m,); `bias` b (m,) or None; `activation` an
     `AbstractActivation` (`Identity()`, `ReLU()`, `LeakyReLU(γ)`, `Absolute()`, `Tanh()`,
     `Softplus()`, `FunctionActivation(fn)`).
+
+    With a piecewise-linear activation other than `Identity()` (ReLU, leaky ReLU, |·|),
+    `ibflow.integrate` follows the flow through its kinks (activation switches located as
+    events, Filippov sliding, THEORY §8.2).
 
     For positively homogeneous activations gradient flow conserves ``aⱼ² − ‖wⱼ‖² − bⱼ²`` per
     neuron (THEORY §2.7 [DU] Thm 2.1): `invariants()` returns it as ``"balance"`` (for other
@@ -79,6 +84,21 @@ class TwoLayerNet(AbstractInvariantModel):
 
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, ""]:
         return jnp.dot(self.second, self.activation(self.preactivations(x)))
+
+    def has_kinks(self) -> bool:
+        return (isinstance(self.activation, AbstractPiecewiseLinearActivation)
+                and not isinstance(self.activation, Identity))
+
+    def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
+                           ) -> Float[Array, ""]:
+        return jnp.dot(self.second, slopes * self.preactivations(x))
+
+    def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        if not isinstance(self.activation, AbstractPiecewiseLinearActivation):
+            raise ValueError(f"slope_bounds: the activation {type(self.activation).__name__} "
+                             "is not piecewise linear.")
+        lo, hi = self.activation.slopes()
+        return jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi)
 
     def invariants(self) -> dict[str, Float[Array, " m"]]:
         b2 = 0.0 if self.bias is None else self.bias**2

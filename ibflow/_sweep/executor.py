@@ -30,6 +30,9 @@ def _integrate_batch(build, options, option_axes, references, has_test, params, 
         trained, _ = ravel_pytree(eqx.filter(sol.model, eqx.is_inexact_array))
         record = {"loss": sol.loss, "steps": sol.steps, "time": sol.time,
                   "status": sol.status._value, "parameters": trained}
+        if sol.kinks is not None:  # piecewise-linear models: per-member event counts
+            record |= {"switches": sol.kinks.switches, "slides": sol.kinks.slides,
+                       "sliding_time": sol.kinks.sliding_time}
         if has_test:  # the model's own outputs: right for any model, linear or not
             record["test_error"] = jnp.mean((jax.vmap(sol.model)(X_test) - y_test) ** 2)
         if isinstance(sol.model, AbstractPredictorModel):

@@ -19,6 +19,11 @@ _DESCRIPTIONS = {
     "test_error": ("test MSE of the model's own outputs, mean((f(x) - y)²) over the test set",
                    "squared output units"),
     "predictor": ("end-to-end weight w̃ of the model at the end of the flow", "output/input"),
+    "switches": ("activation switching events located along the flow (crossings, slide "
+                 "entries and exits; piecewise-linear models)", "1"),
+    "slides": ("Filippov sliding-mode entries along the flow (piecewise-linear models)", "1"),
+    "sliding_time": ("flow clock spent with at least one pre-activation sliding on its kink",
+                     "flow time"),
     "parameters": ("the final model's floating-point array leaves, flattened in pytree order "
                    "(jax.flatten_util.ravel_pytree; NaN: not computed)", "1"),
 }

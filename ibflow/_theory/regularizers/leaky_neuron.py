@@ -31,9 +31,10 @@ class LeakyNeuronRegularizer(AbstractNeuronRegularizer):
     runs (α ≥ 2) with a target pattern matching the initial one did not. The theorem itself
     survives sliding: a Filippov velocity uses ``σ'ᵢ ∈ [γ, 1]`` and still keeps
     ``w(t) − w(0) ∈ span{xᵢ}``, consistent with THEORY's GD† runs converging to ``argmin Q``
-    at rate O(step). Restarting at activation-pattern events cannot help (a slide is a Zeno
-    sequence of crossings); integrating through one needs a sliding-mode (Filippov) integrator,
-    which ibflow does not have yet — `integrate` reports ``budget_exhausted`` there.
+    at rate O(step). Restarting at activation-pattern events alone cannot help (a slide is a
+    Zeno sequence of crossings); `ibflow.integrate` therefore integrates the Filippov
+    (equivalent-control) field while a pre-activation slides (`ibflow._kinks`, THEORY §8.2)
+    and reaches ``argmin Q`` there too (`tests/test_kinks.py`).
 
     **Fields:** `delta` δ, `anchor` (d,) ``s·w₀``, `slope` γ, `sign` ``s = ±1``.
     """
