@@ -1,23 +1,33 @@
-"""Issue 13, item 2: exact kinked flows vs the researcher's workaround, side by side.
+"""Issue 13, items 2 and 3: exact kinked flows vs the researcher's workaround, side by side,
+and one sliding neuron at the CLI's size.
 
-``python -m benchmarks.kinks [--quick]``
+``python -m benchmarks.kinks [--quick] [--seeds 0,1,...] [--out DIR]``
 
 Problems: THEORY §8.2's sliding setting (leaky neuron, γ = 0.3, n = 8, d = 30, α = 1, s = 0,
 mixed-sign realizable targets); only problems on which the flow slides (``KinkReport.slides >
 0``) are kept. For each:
 
-- ibflow: `integrate_kinked` to the default target; compile time and the median run time.
+- ibflow: `ibflow.integrate` (through the kinks) to the default target; compile time and the
+  median run time.
 - GD+R: full-batch GD with steps ``η₀, η₀/2, η₀/4, …`` run to the same loss target, and the
   Richardson extrapolation ``2w(η/2) − w(η)`` (THEORY §8.2, "Independent reference"). Its time
   to reach 1e-7 relative agreement with ibflow's limit is the wall time of all GD runs up to
   the first halving that gets there (a researcher does not know in advance which η suffices).
 
-Prints one markdown table with the agreement, both times and their ratio.
+Then one sliding leaky neuron at d = 1000, n = 100, random
+realizable mixed-sign targets, α = 1, s = 0 (``--quick``: the comparison's size, so it reuses its
+compiled program): ibflow's compile and run times, its events and the
+distance of its limit to argmin Q (Theorem 4's dual/KKT minimizer, the independent reference).
+
+Prints the markdown tables and writes them with the machine as ``DIR/kinks.md`` (default
+``benchmarks/results``) with the figure ``DIR/kinks.png``: per problem, the GD and GD+R errors
+against wall time, with ibflow's time marked.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -26,18 +36,19 @@ import jax
 import jax.numpy as jnp
 
 import ibflow
-from ibflow._kinks import integrate_kinked
+
+from . import _common as C
 
 GAMMA, N, D, ALPHA, SHAPE = 0.3, 8, 30, 1.0, 0.0
 AGREEMENT = 1e-7
 
 
-def problem(key):
+def problem(key, n=N, d=D):
     kx, km, kt = jax.random.split(key, 3)
-    X = jax.random.normal(kx, (N, D))
-    m = ibflow.LeakyReLUNeuron.from_scale_shape(ALPHA, SHAPE, dim=D, slope=GAMMA, key=km)
+    X = jax.random.normal(kx, (n, d))
+    m = ibflow.LeakyReLUNeuron.from_scale_shape(ALPHA, SHAPE, dim=d, slope=GAMMA, key=km)
     sign = jnp.sign(m.a)
-    z = X @ jax.random.normal(kt, (D,)) / jnp.sqrt(D)
+    z = X @ jax.random.normal(kt, (d,)) / jnp.sqrt(d)
     y = sign * jnp.where(sign * z >= 0, sign * z, GAMMA * sign * z)
     return m, X, y
 
@@ -79,8 +90,9 @@ def _timed(fn, repeats):
 
 def compare(key, *, max_halvings, max_iters, repeats):
     model, X, y = problem(key)
-    (sol, report), compile_s, ibflow_s = _timed(
-        lambda: integrate_kinked(model, X, y, throw=False), repeats)
+    sol, compile_s, ibflow_s = _timed(lambda: ibflow.integrate(model, X, y, throw=False),
+                                      repeats)
+    report = sol.kinks
     if not bool(sol.converged) or int(report.slides) == 0:
         return None
     w_ib = sol.predictor
@@ -108,32 +120,113 @@ def compare(key, *, max_halvings, max_iters, repeats):
                 ibflow_s=ibflow_s, rows=rows)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--problems", type=int, default=6)
-    args = parser.parse_args(argv)
-    max_halvings = 6 if args.quick else 12
-    max_iters = 10**6 if args.quick else 10**8
-    print(f"leaky neuron γ = {GAMMA}, n = {N}, d = {D}, α = {ALPHA}, s = {SHAPE}; sliding cases "
-          f"only; agreement target {AGREEMENT:g}\n")
-    print("| seed | switches | slides | t sliding | ibflow compile s | ibflow run s | "
-          "GD+R halvings | GD+R vs ibflow | GD alone vs ibflow | GD+R s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for seed in range(args.problems):
-        out = compare(jax.random.key(seed), max_halvings=max_halvings, max_iters=max_iters,
-                      repeats=3 if args.quick else 5)
-        if out is None:
-            continue
+def large(key, n, d, repeats):
+    """One sliding neuron at (n, d): ibflow's times, events and distance to argmin Q."""
+    model, X, y = problem(key, n, d)
+    sol, compile_s, run_s = _timed(lambda: ibflow.integrate(model, X, y, throw=False), repeats)
+    Q = ibflow.implicit_bias(model, final_sign=jnp.sign(sol.model.a))
+    ref = ibflow.minimize_regularizer(Q, X, y, throw=False)
+    distance = float(jnp.linalg.norm(sol.predictor - ref.w) / jnp.linalg.norm(ref.w))
+    return dict(n=n, d=d, status=ibflow.Status[sol.status].split(" (")[0], steps=int(sol.steps),
+                switches=int(sol.kinks.switches), slides=int(sol.kinks.slides),
+                compile_s=compile_s, run_s=run_s, distance=distance,
+                reference=ibflow.Status[ref.status].split(" (")[0])
+
+
+def _comparison_table(results):
+    lines = ["| seed | switches | slides | t sliding | ibflow compile s | ibflow run s | "
+             "GD+R halvings | GD+R vs ibflow | GD alone vs ibflow | GD+R s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for seed, out in results:
         last = out["rows"][-1]
         reached = last[4] is not None and last[4] <= AGREEMENT
-        print(f"| {seed} | {out['switches']} | {out['slides']} | {out['sliding_time']:.3g} | "
-              f"{out['compile_s']:.1f} | {out['ibflow_s']:.4f} | {len(out['rows']) - 1} | "
-              f"{last[4]:.2e} | {last[3]:.2e} | {last[5]:.2f}{'' if reached else ' (not reached)'}"
-              f" | {last[5] / out['ibflow_s']:.0f}× |")
+        err_r = "n/a" if last[4] is None else f"{last[4]:.2e}"
+        lines.append(
+            f"| {seed} | {out['switches']} | {out['slides']} | {out['sliding_time']:.3g} | "
+            f"{out['compile_s']:.1f} | {out['ibflow_s']:.4f} | {len(out['rows']) - 1} | "
+            f"{err_r} | {last[3]:.2e} | {last[5]:.2f}{'' if reached else ' (not reached)'}"
+            f" | {last[5] / out['ibflow_s']:.0f}×{'' if reached else ' (lower bound)'} |")
         for lr, iters, value, err_gd, err_r, total in out["rows"]:
-            print(f"|  | η = {lr:.3g} | {iters} iters | loss {value:.1e} | | | | "
-                  f"{'' if err_r is None else f'{err_r:.2e}'} | {err_gd:.2e} | {total:.2f} | |")
+            lines.append(f"|  | η = {lr:.3g} | {iters} iters | loss {value:.1e} | | | | "
+                         f"{'' if err_r is None else f'{err_r:.2e}'} | {err_gd:.2e} | "
+                         f"{total:.2f} | |")
+    return "\n".join(lines)
+
+
+def _large_table(big):
+    return "\n".join([
+        "| n | d | status | steps | switches | slides | compile s | run s | "
+        "distance to argmin Q | reference status |", "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {big['n']} | {big['d']} | {big['status']} | {big['steps']} | {big['switches']} | "
+        f"{big['slides']} | {big['compile_s']:.1f} | {big['run_s']:.2f} | "
+        f"{big['distance']:.1e} | {big['reference']} |"])
+
+
+def _draw(results):
+    def draw(path):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for k, (seed, out) in enumerate(results):
+            color = f"C{k % 10}"
+            rows = out["rows"]
+            ax.loglog([r[5] for r in rows], [r[3] for r in rows], "o:", color=color, ms=3,
+                      label=f"seed {seed}: GD" if k == 0 else None)
+            rich = [(r[5], r[4]) for r in rows if r[4] is not None]
+            if rich:
+                ax.loglog(*zip(*rich), "s-", color=color, ms=4,
+                          label=f"seed {seed}: GD + Richardson" if k == 0 else None)
+            ax.axvline(out["ibflow_s"], color=color, lw=0.8)
+        ax.axhline(AGREEMENT, color="k", lw=0.6, ls="--")
+        ax.set(xlabel="cumulative wall time of the GD runs (s); vertical lines: ibflow",
+               ylabel="relative distance to ibflow's limit",
+               title="Sliding leaky neurons: GD step halving vs the exact flow")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+    return draw
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny budgets and sizes")
+    parser.add_argument("--seeds", default="0,1,2,3,4,5",
+                        help="comma-separated problem seeds (default 0,...,5)")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"),
+                        help="where kinks.md and kinks.png go (default benchmarks/results)")
+    args = parser.parse_args(argv)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers; got {args.seeds!r}")
+    max_halvings = 6 if args.quick else 12
+    max_iters = 10**6 if args.quick else 10**8
+    repeats = 3 if args.quick else 5
+    intro = (f"Leaky neuron γ = {GAMMA}, n = {N}, d = {D}, α = {ALPHA}, s = {SHAPE}; sliding "
+             f"cases only; agreement target {AGREEMENT:g}.")
+    print(intro + "\n")
+    results = []
+    for seed in seeds:
+        out = compare(jax.random.key(seed), max_halvings=max_halvings, max_iters=max_iters,
+                      repeats=repeats)
+        if out is not None:
+            results.append((seed, out))
+            print(f"seed {seed}: ibflow {out['ibflow_s']:.4f} s, GD+R {out['rows'][-1][5]:.2f} s",
+                  flush=True)
+    comparison = _comparison_table(results) if results else "No sliding problem among the seeds."
+    n, d = (N, D) if args.quick else (100, 1000)
+    big = large(jax.random.key(0), n, d, repeats)
+    body = (comparison + "\n\n## A sliding neuron at the CLI's size\n\n" + _large_table(big)
+            + "\n")
+    print(body)
+    paths = C.write_report(args.out, "kinks", "Kinked flows: ibflow vs GD + Richardson",
+                           C.machine(), intro, body, _draw(results))
+    print(f"wrote {paths['md']} and {paths['png']}")
 
 
 if __name__ == "__main__":

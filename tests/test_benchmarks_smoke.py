@@ -238,3 +238,20 @@ def test_fc_sweep_benchmark_small(tmp_path):
     paths = fc_sweep.write(r, {"machine": "test"}, str(tmp_path), small=True)
     assert "| 0.9 | 3 | 3 |" in Path(paths["md"]).read_text()
     assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kinks_benchmark_quick(tmp_path):
+    """``python -m benchmarks.kinks --quick`` on one sliding problem: both tables and the
+    figure are written, and GD + Richardson approaches ibflow's limit as the step halves."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.kinks", "--quick", "--seeds", "2",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    md = (tmp_path / "kinks.md").read_text()
+    assert (tmp_path / "kinks.png").stat().st_size > 0
+    rows = [r for r in md.splitlines() if r.startswith("|  | η = ")]
+    richardson = [float(r.split("|")[8]) for r in rows[1:]]
+    assert len(richardson) >= 3 and richardson[-1] < richardson[0] / 20, richardson
+    large = md.split("## A sliding neuron")[1].splitlines()[-1].split("|")
+    assert float(large[9]) < 1e-9  # ibflow's limit against argmin Q
