@@ -121,6 +121,11 @@ class PiecewiseLinearDynamics(ParameterDynamics, AbstractSwitchingDynamics):
     def _with_offsets(self, state, positive, sliding) -> Mode:
         values, _, _ = self._pair_values(state, positive, sliding)
         offset = 2 * jnp.minimum(values, 0.0) - _OFFSET_FLOOR
+        # A sliding pair leaves when its multiplier is outside [lo, hi] by the transition's own
+        # tolerance, not at round-off: a multiplier that sits at its bound (a neuron dead on
+        # one side, the one-sided field tangent to z = 0) would otherwise leave and re-enter
+        # the slide every few steps (measured: 2000 switches on a ReLU TwoLayerNet).
+        offset = jnp.where(sliding, jnp.minimum(offset, -_BOX_TOLERANCE), offset)
         return Mode(positive=positive, sliding=sliding, offset=offset)
 
     def event_function(self, t, state, mode: Mode):
