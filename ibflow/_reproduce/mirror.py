@@ -14,10 +14,13 @@ each width compiles one `integrate`. Widths are integrated with the explicit sol
 state has 3n+1 entries) to ``L ≤ 1e-12 · mean(y²)/2``; members that do not converge are
 excluded from the fits and counted in ``converged_fraction``.
 
-Why widths start at 64: the hidden layer moves by O(1/n) here, and at small widths a kink
-``b_k/w_k`` can reach a data point and slide along it (a Filippov sliding mode of the exact
-flow); the adaptive solver then needs ~1e5 tiny steps. The stiffness of the flow is
-``cond(kernel) · max φ''/φ''(0)``, which is why the data are few, well-spread points.
+Small widths: the hidden layer moves by O(1/n) here, and at small widths a kink ``b_k/w_k``
+reaches a data point and slides along it (a Filippov sliding mode of the exact flow), which
+`integrate` follows through its kinks (THEORY §8.2). ``mirror-relu`` therefore starts at width 16
+(`RELU_SMALL_WIDTHS`; the slope is fitted from width 64 on, the lazy regime the theory is about);
+``mirror-abs`` starts at 64. From width 64 on the flows are integrated as smooth
+(`SMOOTH_FROM_WIDTH`). The stiffness of the flow is ``cond(kernel) · max φ''/φ''(0)``, which
+is why the data are few, well-spread points.
 """
 
 import json
@@ -31,6 +34,7 @@ import numpy as np
 
 from .._flows.gradient import GradientFlow
 from .._flows.mirror import MirrorFlow
+from .._formulation import ParameterSpace
 from .._integrate import integrate
 from .._models.shallow import ShallowNet, UniformBias
 from .._potentials.polynomial import PolynomialPotential
@@ -52,6 +56,17 @@ EVAL_GRID = np.linspace(-1.2, 1.2, 481)
 POTENTIALS = {"x^2": (1.0, 0.0, 0.0), "|x|^3+x^2": (1.0, 1.0, 0.0), "x^4+x^2": (1.0, 0.0, 1.0)}
 SHIFTS = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
 RELATIVE_TARGET = 1e-12
+#: Widths below the shared grid that ``mirror-relu`` adds: kinks slide there (issue 13).
+RELU_SMALL_WIDTHS = [16, 32]
+#: Widths from which the flows are integrated as smooth (``ParameterSpace(kinks=False)``): in
+#: the lazy regime no kink reaches a data point (measured at width 256: 0 switches), and the
+#: kink path's segment loop costs ~20× under these vmapped batches (width 256, 6 members: 47 s
+#: against 2.4 s).
+SMOOTH_FROM_WIDTH = 64
+
+
+def _formulation(width: int) -> ParameterSpace:
+    return ParameterSpace(kinks=width < SMOOTH_FROM_WIDTH)
 SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
 
 
@@ -82,7 +97,8 @@ def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, 
     def one(c, net):
         flow = MirrorFlow(PolynomialPotential(c[0], c[1], c[2]), scaling=scaling,
                           learning_rate=1.0 / width)
-        sol = integrate(net, X, y, flow=flow, target_loss=_target(data[1]), **SOLVE)
+        sol = integrate(net, X, y, flow=flow, target_loss=_target(data[1]),
+                        formulation=_formulation(width), **SOLVE)
         moved = jnp.max(jnp.abs(jnp.concatenate([sol.model.a - net.a, sol.model.b - net.b,
                                                  sol.model.w - net.w])))
         return jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)), sol.status, moved
@@ -153,10 +169,12 @@ def run_relu(out: Path, full: bool) -> dict:
     g = relu_variational(X_DATA, Y_DATA, bias=BIAS)
     ref = np.asarray(g(jnp.asarray(EVAL_GRID)))
     refs = np.stack([ref] * len(POTENTIALS))  # unscaled: one limit for every φ ([LM-T1])
+    widths = RELU_SMALL_WIDTHS + cfg["widths"]
     errors, converged, between, moved, out_big = width_study(
-        activation="relu", scaled=False, widths=cfg["widths"], seeds=cfg["seeds"], references=refs,
+        activation="relu", scaled=False, widths=widths, seeds=cfg["seeds"], references=refs,
         data=(X_DATA, Y_DATA))
-    slope = fit_slope(cfg["widths"], np.nanmean(errors, axis=(1, 2)))
+    lazy = len(RELU_SMALL_WIDTHS)  # the fit starts at the shared grid's first width
+    slope = fit_slope(cfg["widths"], np.nanmean(errors[lazy:], axis=(1, 2)))
 
     # Gradient flow on five copies of the data with shifted labels (Fig. 1 right).
     n = cfg["gd_width"]
@@ -164,7 +182,8 @@ def run_relu(out: Path, full: bool) -> dict:
     X = jnp.asarray(X_DATA)[:, None]
     ys = jnp.asarray(Y_DATA)[None, :] + jnp.asarray(SHIFTS)[:, None]
     sols = jax.vmap(lambda yy: integrate(net, X, yy, flow=GradientFlow(),
-                                         target_loss=_target(Y_DATA), **SOLVE))(ys)
+                                         target_loss=_target(Y_DATA),
+                                         formulation=_formulation(n), **SOLVE))(ys)
     gd_out = np.asarray(jax.vmap(lambda m: jax.vmap(m)(jnp.asarray(EVAL_GRID)))(sols.model))
     shift_refs = np.stack([np.asarray(relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
         jnp.asarray(EVAL_GRID))) for yy in ys])
@@ -189,14 +208,14 @@ def run_relu(out: Path, full: bool) -> dict:
             ax.plot(X_DATA, Y_DATA + c, "ko", ms=3)
         ax.set_title(f"gradient flow, shifted labels (n = {n})")
 
-    _plot(out / "mirror_relu.png", [functions, _error_panel(cfg["widths"], errors, slope,
+    _plot(out / "mirror_relu.png", [functions, _error_panel(widths, errors, slope,
                                                             "ReLU + unscaled φ"), shifted])
-    np.savez(out / "mirror_relu.npz", widths=np.asarray(cfg["widths"]), errors=errors,
+    np.savez(out / "mirror_relu.npz", widths=np.asarray(widths), errors=errors,
              converged=converged, between_potentials=between, moved=moved, grid=EVAL_GRID,
              variational=ref, x=X_DATA, y=Y_DATA, shifts=SHIFTS, gd_outputs=gd_out,
              gd_references=shift_refs)
     summary = dict(
-        widths=list(cfg["widths"]), seeds=cfg["seeds"],
+        widths=widths, fit_widths=list(cfg["widths"]), seeds=cfg["seeds"],
         decades=float(np.log10(cfg["widths"][-1] / cfg["widths"][0])),
         slope=slope[0], mean_linf_error=np.nanmean(errors, axis=(1, 2)).tolist(),
         converged_fraction=float(converged.mean()),
