@@ -7,6 +7,7 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from . import _checks
@@ -54,11 +55,15 @@ def _option(value, name, *, positive=False, allow_zero=False):
     if isinstance(value, bool) or not isinstance(value, (int, float, jax.Array)) and not hasattr(
             value, "__array__"):
         raise ValueError(f"{name} must be a real number; got {type(value).__name__}.")
-    array = _checks.as_array(value)
+    # Python and numpy numbers are checked and kept in numpy (a jnp conversion dispatches to the
+    # device: ~0.25 ms per option, most of `integrate`'s own overhead on a small problem); the
+    # solve receives them as arguments either way.
+    host = not isinstance(value, jax.Array)
+    array = np.asarray(value) if host else _checks.as_array(value)
     if jnp.iscomplexobj(array) or array.ndim != 0:
         raise ValueError(f"{name} must be a real scalar; got {array.dtype} of shape "
                          f"{array.shape}.")
-    array = _checks.finite(_checks.as_array(array, float), name)
+    array = _checks.finite(array.astype(float) if host else _checks.as_array(array, float), name)
     if positive:
         array = _checks.positive(array, name)
     if allow_zero:
@@ -107,12 +112,35 @@ def _check_model(model, X):
         raise ValueError(f"the model has input dimension {model.predictor().shape[0]} but X has "
                          f"{X.shape[1]} columns.")
     try:
-        out = jax.eval_shape(model, jax.ShapeDtypeStruct(X.shape[1:], X.dtype))
+        shape = _output_shape(model, jax.ShapeDtypeStruct(X.shape[1:], X.dtype))
     except Exception as error:  # noqa: BLE001  (any failure means a mismatch with X)
         raise ValueError(f"model cannot be applied to one row of X (shape {X.shape[1:]}): "
                          f"{error}") from error
-    if out.shape != ():
-        raise ValueError(f"model(x) must return a scalar; got shape {out.shape}.")
+    if shape != ():
+        raise ValueError(f"model(x) must return a scalar; got shape {shape}.")
+
+
+def _output_shape(model, x):
+    """The shape of ``model(x)``, by ``jax.eval_shape`` (a trace, ~1.5 ms: half of
+    `integrate`'s own overhead on a small problem), memoized on the model's structure and its
+    arrays' shapes and dtypes, which are all the trace depends on."""
+    leaves, treedef = jax.tree_util.tree_flatten(model)
+    key = (treedef, x.shape, x.dtype, tuple(
+        (a.shape, a.dtype) if isinstance(a, (jax.Array, np.ndarray, np.generic)) else a
+        for a in leaves))
+    try:
+        shape = _OUTPUT_SHAPES.get(key)
+    except TypeError:  # a leaf that is not hashable: no memo
+        return jax.eval_shape(model, x).shape
+    if shape is None:
+        shape = jax.eval_shape(model, x).shape
+        if len(_OUTPUT_SHAPES) >= 256:
+            _OUTPUT_SHAPES.clear()
+        _OUTPUT_SHAPES[key] = shape
+    return shape
+
+
+_OUTPUT_SHAPES: dict = {}
 
 
 def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
@@ -271,7 +299,8 @@ def integrate(
         dt0=None if dt0 is None else _option(dt0, "dt0", positive=True), save_at=save_at,
         solver=_solver(solver, "solver"), stiff_solver=tail,
         adjoint=adjoint, max_steps=_max_steps(max_steps), throw=throw, progress=progress,
-        max_switches=jnp.asarray(max_switches))
+        max_switches=np.asarray(max_switches) if isinstance(max_switches, int)
+        else jnp.asarray(max_switches))
     return solve(dynamics, options)
 
 

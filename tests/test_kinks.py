@@ -45,6 +45,14 @@ def _random_leaky(key, gamma, alpha, s, n, d):
     return m, X, y
 
 
+def _same_sign_leaky(key, gamma, alpha, s, n, d):
+    """A realizable problem with targets of the sign of ``a₀``: ``yᵢ = sign(a₀)·U(0.2, 2)``."""
+    kx, km, kz = jax.random.split(key, 3)
+    X = jax.random.normal(kx, (n, d))
+    m = ibflow.LeakyReLUNeuron.from_scale_shape(alpha, s, dim=d, slope=gamma, key=km)
+    return m, X, jnp.sign(m.a) * jax.random.uniform(kz, (n,), minval=0.2, maxval=2.0)
+
+
 def _gd_dagger(key, alpha, s):
     """THEORY §7's "GD†" settings: γ = 0.2, n = 5, d = 12, 2-sparse w*, y = σ(Xw*)."""
     kx, km, kw = jax.random.split(key, 3)
@@ -56,9 +64,10 @@ def _gd_dagger(key, alpha, s):
 
 
 def test_theorem4_through_kinks(getkey):
-    """24 random realizable problems (γ ∈ {0.1, 0.2, 0.3, 0.5}, scales 1e-3…10, shapes across
-    (−0.9, 0.9), both signs of a₀, n = 6, d = 20) and THEORY §7's three GD† settings: every
-    run converges to the default target and lands within 1e-10 of argmin Q on the affine set."""
+    """24 random realizable problems with mixed-sign targets (γ ∈ {0.1, 0.2, 0.3, 0.5}, scales
+    1e-3…10, shapes across (−0.9, 0.9), both signs of a₀, n = 6, d = 20), 8 with same-sign
+    targets, and THEORY §7's three GD† settings: every run converges to the default target and
+    lands within 1e-10 of argmin Q on the affine set."""
     k = 24
     gammas = jnp.repeat(jnp.array([0.1, 0.2, 0.3, 0.5]), k // 4)
     alphas = jnp.tile(jnp.logspace(-3, 1, k // 4), 4)
@@ -79,6 +88,26 @@ def test_theorem4_through_kinks(getkey):
     # Converged: the loss reached the target (to the roundoff of the located event).
     assert np.all(np.asarray(sol.loss)[converged]
                   <= (1 + 1e-3) * np.asarray(sol.target_loss)[converged])
+
+    # The affine set differs from Xw = y (σ⁻¹ changes the constraint by 1/γ on negative
+    # pre-activations), else this would test Theorem 1's constraint only.
+    Q = eqx.filter_vmap(lambda m, s: ibflow.implicit_bias(m, final_sign=s))(
+        models, jnp.sign(sol.model.a))
+    shift = eqx.filter_vmap(lambda Q, y: Q.interpolation_targets(y))(Q, y) - y
+    assert np.max(np.abs(np.asarray(shift))) > 0.1
+
+    # Same-sign targets (sign(a₀)·U(0.2, 2), shapes in [0, 0.95]: a keeps its sign and no
+    # pair slides): σ⁻¹ is the identity on the targets.
+    k = 8
+    models, X, y = eqx.filter_vmap(
+        lambda key, g, a, s: _same_sign_leaky(key, g, a, s, 6, 20))(
+        jax.random.split(getkey(), k), jnp.tile(jnp.array([0.2, 0.5]), k // 2),
+        jnp.logspace(-3, 1, k), jnp.linspace(0.0, 0.95, k))
+    sol = _kinked(models, X, y)
+    res = _theorem4_reference(models, sol, X, y)
+    assert np.all(np.asarray(sol.converged)), np.asarray(sol.status._value)
+    assert np.all(np.asarray(res.converged))
+    assert np.max(_relative(sol.predictor, res.w)) < 1e-10, _relative(sol.predictor, res.w)
 
     cases = jnp.array([[1e-3, -0.5], [1.0, 0.5], [10.0, 0.95]])
     models, X, y = eqx.filter_vmap(lambda key, c: _gd_dagger(key, c[0], c[1]))(

@@ -1,7 +1,7 @@
 """Flow limits from ``ibflow.integrate`` against ``ibflow.minimize_regularizer(implicit_bias(...))``
 (THEORY §2.3–§2.5), and the regime limits of the regularizers with measured trends.
 
-Each theorem is checked on 10 random problems (d = 50, n = 20 or 10, scales 1e-3…10, shapes
+Theorems 1 and 2 are checked on 10 random problems (d = 50, n = 20 or 10, scales 1e-3…10, shapes
 across (−1, 1)), vmapped into one `integrate` call and one `minimize_regularizer` call.
 """
 
@@ -136,68 +136,8 @@ def test_theorem2_flow_matches_minimizer_with_flip_rule(getkey):
     assert np.min(wrong[flipped]) > 0.1, wrong[flipped]
 
 
-# --- Theorem 4 ---------------------------------------------------------------------------------
-
-def _leaky_problems(key, gamma, mixed):
-    """Ten leaky-neuron problems with scales 1e-3…10.
-
-    ``mixed=False``: shapes s ∈ [0, 0.95] (δ ≥ 0, so a keeps its sign) and targets of sign
-    sign(a₀) at O(1) distance. These never enter a Filippov sliding mode (see
-    `LeakyNeuronRegularizer`: sliding on ⟨w̃, xᵢ⟩ = 0 needs sign(a)·yᵢ < 0), but for them σ⁻¹
-    acts as the identity on the targets.
-    ``mixed=True``: shapes across (−1, 1) and targets of both signs close to the initial
-    outputs (``⟨w̃*, xᵢ⟩ = ⟨w̃₀, xᵢ⟩·U(0.5, 1.5)``), which exercise the affine set
-    ``⟨w̃, xᵢ⟩ = s·σ⁻¹(s·yᵢ)``; some of these cross kinks (`integrate` locates the switches,
-    THEORY §8.2)."""
-    alphas = jnp.logspace(-3, 1, 10)
-    if mixed:
-        shapes = jnp.array([0.0, 0.5, -0.5, 0.9, -0.9, 0.95, -0.9, 0.5, -0.5, 0.0])
-    else:
-        shapes = jnp.array([0.0, 0.5, 0.9, 0.3, 0.95, 0.7, 0.1, 0.8, 0.6, 0.2])
-
-    def one(k, alpha, s):
-        kx, km, kz = jax.random.split(k, 3)
-        X = jax.random.normal(kx, (10, D))
-        m = ibflow.LeakyReLUNeuron.from_scale_shape(alpha, s, dim=D, slope=gamma, key=km)
-        sign = jnp.sign(m.a)
-        if mixed:
-            z = (X @ m.predictor()) * jax.random.uniform(kz, (10,), minval=0.5, maxval=1.5)
-        else:
-            z = sign * jax.random.uniform(kz, (10,), minval=0.2, maxval=2.0)
-        y = sign * jnp.where(sign * z >= 0, sign * z, gamma * sign * z)  # y = a σ(⟨w*, x⟩)
-        return m, X, y
-
-    return eqx.filter_vmap(one)(jax.random.split(key, 10), alphas, shapes)
-
-
-def _theorem4(getkey, mixed):
-    parts = [_leaky_problems(getkey(), g, mixed) for g in (0.2, 0.5)]
-    models, X, y = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *parts)
-    sol = _flows(models, X, y)
-    final = jnp.sign(sol.model.a)
-    Q = eqx.filter_vmap(lambda m, s: ibflow.implicit_bias(m, final_sign=s))(models, final)
-    res = _minimize(Q, X, y)
-    assert np.all(np.asarray(res.converged))
-    err = _relative(sol.predictor, res.w)
-    b = eqx.filter_vmap(lambda Q, y: Q.interpolation_targets(y))(Q, y)
-    return np.asarray(sol.converged), np.asarray(sol.status._value), err, np.asarray(b - y)
-
-
-def test_theorem4_flow_matches_minimizer(getkey):
-    converged, status, err, _ = _theorem4(getkey, mixed=False)
-    assert np.all(converged), status
-    assert np.max(err) < TOL, err
-
-
-@pytest.mark.slow
-def test_theorem4_affine_set_with_mixed_sign_targets(getkey):
-    """Targets of both signs: σ⁻¹ changes the constraint (by 1/γ on negative pre-activations).
-    Before the kink integrator 3 of these 20 stalled at a kink (``budget_exhausted``); through
-    the kinks every one converges (two cross three kinks each, measured)."""
-    converged, status, err, shift = _theorem4(getkey, mixed=True)
-    assert np.all(converged), status
-    assert np.max(err) < TOL, err
-    assert np.max(np.abs(shift)) > 0.1  # the affine set differs from Xw = y
+# Theorem 4 (the leaky neuron, same-sign and mixed-sign targets, through its kinks) is checked
+# in tests/test_kinks.py::test_theorem4_through_kinks against the same reference.
 
 
 # --- regime limits -----------------------------------------------------------------------------
