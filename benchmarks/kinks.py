@@ -125,8 +125,7 @@ def compare(key, *, max_halvings, max_iters, repeats):
     # Work–precision of ibflow itself: the same program at looser settings (the tolerances
     # and the target are traced: no new compile), each against the default's limit, which is
     # in turn checked against Theorem 4's argmin Q (the independent reference).
-    Q = ibflow.implicit_bias(model, final_sign=jnp.sign(sol.model.a))
-    ref = ibflow.minimize_regularizer(Q, X, y, throw=False)
+    ref = argmin_q(model, sol, X, y)
     scale = 0.5 * jnp.mean(y**2)
     ladder = []
     for rtol, rel in LADDER:
@@ -139,6 +138,13 @@ def compare(key, *, max_halvings, max_iters, repeats):
                 sliding_time=float(report.sliding_time), compile_s=compile_s,
                 ibflow_s=ibflow_s, rows=rows, steps=int(sol.steps), ladder=ladder,
                 vs_reference=_distance(w_ib, ref.w))
+
+
+def argmin_q(model, sol, X, y):
+    """Theorem 4's reference: argmin Q on the affine interpolation set, for the final sign of
+    ``a`` read off the flow (THEORY §2.4 flip rule); the `minimize_regularizer` result."""
+    Q = ibflow.implicit_bias(model, final_sign=jnp.sign(sol.model.a))
+    return ibflow.minimize_regularizer(Q, X, y, throw=False)
 
 
 def _distance(w, reference):
@@ -156,9 +162,8 @@ def large(key, n, d, repeats):
     """One sliding neuron at (n, d): ibflow's times, events and distance to argmin Q."""
     model, X, y = problem(key, n, d)
     sol, compile_s, run_s = _timed(lambda: ibflow.integrate(model, X, y, throw=False), repeats)
-    Q = ibflow.implicit_bias(model, final_sign=jnp.sign(sol.model.a))
-    ref = ibflow.minimize_regularizer(Q, X, y, throw=False)
-    distance = float(jnp.linalg.norm(sol.predictor - ref.w) / jnp.linalg.norm(ref.w))
+    ref = argmin_q(model, sol, X, y)
+    distance = _distance(sol.predictor, ref.w)
     return dict(n=n, d=d, status=ibflow.Status[sol.status].split(" (")[0], steps=int(sol.steps),
                 switches=int(sol.kinks.switches), slides=int(sol.kinks.slides),
                 compile_s=compile_s, run_s=run_s, distance=distance,
