@@ -27,6 +27,7 @@ from ._status import Status, status_from_diffrax
 from ._tail.budget import BudgetController
 from ._tail.chord import StructuredChord
 from ._tail.equilibrium import LIMIT_LEVEL, EquilibriumNewton, newton_phase
+from ._tail.stiffness import STIFF_CEILING, StiffnessWatch
 
 
 class SolveOptions(eqx.Module):
@@ -48,6 +49,8 @@ class SolveOptions(eqx.Module):
     throw: bool = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
     max_switches: Int[Array, ""] | int = DEFAULT_MAX_SWITCHES
+    #: also switch to the tail as soon as the explicit phase turns stiff (`StiffnessWatch`)
+    watch_stiffness: bool = eqx.field(static=True, default=False)
 
 
 class _Phase(eqx.Module):
@@ -97,10 +100,11 @@ def _observe(dynamics):
 
 
 def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True,
-           kinks=None, saved=None):
-    """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite); for
-    switching dynamics, one per segment between switches (continuing `kinks` and `saved`).
-    Where ``run`` is false the solve is empty (t1 = t0: no step is taken)."""
+           kinks=None, saved=None, watch=None):
+    """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite, or
+    stiff under `watch`: then converged too); for switching dynamics, one per segment between
+    switches (continuing `kinks` and `saved`). Where ``run`` is false the solve is empty
+    (t1 = t0: no step is taken)."""
     t1 = jnp.where(run, options.t_max, c0)
     if isinstance(dynamics, AbstractSwitchingDynamics):
         mode, report = (None, None) if kinks is None else kinks
@@ -109,7 +113,7 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
             t_max=t1, max_steps=options.max_steps, budget=budget, dt0=options.dt0,
             adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
             report=report, save_at=options.save_at, observe=_observe(dynamics), saved=saved,
-            progress=progress)
+            progress=progress, watch=watch)
         return _Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
                       saved=saved, kinks=(mode, report))
 
@@ -125,15 +129,17 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
         subs.append(dfx.SubSaveAt(ts=jnp.clip(options.save_at, c0, t1),
                                   fn=_observe(dynamics)))
     controller = BudgetController(dfx.PIDController(rtol=options.rtol, atol=options.atol),
-                                  budget)
+                                  budget, watch)
     sol = dfx.diffeqsolve(
         dfx.ODETerm(dynamics.vector_field), solver, t0=c0, t1=t1,
         dt0=options.dt0, y0=state, stepsize_controller=controller, event=dfx.Event(stop),
-        saveat=dfx.SaveAt(subs=subs), max_steps=options.max_steps, throw=False,
-        adjoint=options.adjoint)
+        saveat=dfx.SaveAt(subs=subs, controller_state=True), max_steps=options.max_steps,
+        throw=False, adjoint=options.adjoint)
     last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
+    status = Status.where(sol.controller_state.stiff, Status.converged,
+                          _phase_status(sol.result))
     return _Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
-                  accepted=sol.stats["num_accepted_steps"], status=_phase_status(sol.result),
+                  accepted=sol.stats["num_accepted_steps"], status=status,
                   saved=sol.ys[1] if options.save_at is not None else None)
 
 
@@ -184,8 +190,12 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
         early = options.target_loss > LIMIT_LEVEL * options.loss_scale
         first_stop = jnp.where(early, options.target_loss, first_stop)
     budget = jnp.asarray(options.max_steps)
+    watch = None
+    if options.watch_stiffness and tail is not None and not isinstance(tail, EquilibriumNewton):
+        watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
     phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
-                   stop_at=first_stop, budget=budget, options=options, progress=progress)
+                   stop_at=first_stop, budget=budget, options=options, progress=progress,
+                   watch=watch)
     steps, accepted, status, saved = phase.steps, phase.accepted, phase.status, phase.saved
     if tail is not None:
         first = phase

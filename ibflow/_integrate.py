@@ -147,7 +147,7 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
     """The tail strategy. ``"auto"``: Newton to the equilibrium where the dynamics has a unique
     attracting one, no trajectory is asked for, the target is the default one (the limit) and no
     time budget `t_max` is set (the limit lies at t = ∞, beyond any budget): the path after the
-    switch is then not needed. Otherwise Kvaerno5 with the dynamics'
+    switch is then not needed. Otherwise Kvaerno5 (Kvaerno4 through kinks) with the dynamics'
     structured Jacobian (dense for reductions, low rank by Woodbury in parameter space): no size
     cutoff, no p × p matrix; it follows the path, so a target of one's own (an early stop deep
     in the stiff tail) is met on the path."""
@@ -159,10 +159,13 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
         newton = unique and save_at is None and default_target and not time_budget
         if newton:
             return EquilibriumNewton()
-        # Through kinks: Kvaerno3, whose tail runs into an attracting limit whose accuracy
-        # the error control sets, not the method's order; it compiles in ~60 % of Kvaerno5's
-        # time (27 → 17 s on a sliding leaky neuron, same limit to 1e-10).
-        return dfx.Kvaerno3() if isinstance(dynamics, AbstractSwitchingDynamics) else dfx.Kvaerno5()
+        # Through kinks: Kvaerno4. Kvaerno5 compiles slowly through the segment loop (27 s
+        # against Kvaerno3's 17 s on a sliding leaky neuron) and, on the width-4096 ReLU net
+        # under mirror flow, lands 5e-10 from a tight (rtol 1e-12) reference at rtol 1e-10;
+        # Kvaerno3 is accuracy-limited in a long tail (2 100 steps, 9-13 s there). Kvaerno4:
+        # ~500 steps, 4.4-5 s, 1.1e-10 from the reference; on the sliding leaky neurons of
+        # benchmarks/kinks.py 642 steps against Kvaerno3's 854 (measured 2026-11-26).
+        return dfx.Kvaerno4() if isinstance(dynamics, AbstractSwitchingDynamics) else dfx.Kvaerno5()
     if isinstance(stiff_solver, EquilibriumNewton):
         if not unique:
             raise ValueError("stiff_solver=EquilibriumNewton() needs dynamics with one attracting "
@@ -218,12 +221,18 @@ def integrate(
     - `stiff_solver`, `stiff_switch` > 0: the last phase of a flow is stiff (the tangent
       kernel's eigenvalues spread over many decades, THEORY §8.1), so once
       ``L ≤ stiff_switch · mean(y²)/2`` (and not before the target) the solve continues with
-      `stiff_solver` (default `stiff_switch`: 1e-8, or 1 with the Newton tail).
+      `stiff_solver` (default `stiff_switch`: 1e-8, or 1 with the Newton tail). With the
+      default level and an implicit tail, the tail also starts as soon as the explicit phase
+      is stiff: below ``1e-2 · mean(y²)/2``, 1000 attempted steps without a decade of loss
+      decrease (``ibflow._tail.stiffness``; a stability-limited explicit solver, e.g. 14 000
+      Tsit5 steps of a width-4096 ReLU net under mirror flow). A `stiff_switch` of one's own
+      is the switch level, with no detection.
       ``"auto"``: for dynamics with one attracting equilibrium (the diagonal
       net's reduction: a gradient flow of a strictly convex dual), no `save_at`, the
       default `target_loss` (the limit) and no `t_max` (the limit is the state at t = ∞),
       `EquilibriumNewton()` finishes the tail by damped Newton on the vector field (its limit
-      does not depend on the path); otherwise Kvaerno5 whose stage equations use the dynamics'
+      does not depend on the path); otherwise Kvaerno5 (Kvaerno4 for piecewise-linear models
+      through their kinks) whose stage equations use the dynamics'
       structured Jacobian: the closed form for reductions, the Gauss–Newton low-rank form ``J``
       (n × p) with an n × n Woodbury solve in parameter space, so the tail costs O(n·p) memory
       at any size. ``None`` disables the tail. With `EquilibriumNewton`, `Solution.time` and
@@ -289,6 +298,7 @@ def integrate(
     formulation = _formulation(method, formulation)
     dynamics = formulation.dynamics(model, X, y, flow, loss)
     tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target, t_max is not None)
+    watch_stiffness = stiff_switch is None  # an explicit level is the level
     rtol, atol, stiff_switch = _path_defaults(rtol, atol, stiff_switch, tail)
     options = SolveOptions(
         rtol=_option(rtol, "rtol", positive=True), atol=_option(atol, "atol", allow_zero=True),
@@ -300,7 +310,7 @@ def integrate(
         solver=_solver(solver, "solver"), stiff_solver=tail,
         adjoint=adjoint, max_steps=_max_steps(max_steps), throw=throw, progress=progress,
         max_switches=np.asarray(max_switches) if isinstance(max_switches, int)
-        else jnp.asarray(max_switches))
+        else jnp.asarray(max_switches), watch_stiffness=watch_stiffness)
     return solve(dynamics, options)
 
 

@@ -37,7 +37,7 @@ def solve_segments(
     stop_at, rtol, atol, t_max, max_steps: int, budget=None, dt0=None,
     adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
     max_switches=DEFAULT_MAX_SWITCHES, mode=None, report: KinkReport | None = None,
-    save_at=None, observe=None, saved=None, progress=None,
+    save_at=None, observe=None, saved=None, progress=None, watch=None,
 ):
     """Integrate `dynamics` from ``(t0, state)`` until ``L ≤ stop_at``, switching modes at
     located events.
@@ -51,7 +51,9 @@ def solve_segments(
     stalls; `max_steps` (static) sizes each ``diffeqsolve``. `mode`, `report` and `saved`
     continue an earlier call (e.g. a stiff tail phase). With `save_at` (clock values) and
     `observe` (``(c, state, args) -> pytree``), `saved` records ``observe`` at each save time
-    that a segment covers (others keep their value, ``inf`` at first).
+    that a segment covers (others keep their value, ``inf`` at first). With a `watch`
+    (`ibflow._tail.stiffness.StiffnessWatch`) a segment that turns stiff ends the loop as
+    converged (the engine's explicit phase hands over to its implicit tail there).
 
     Works under ``jit`` and ``vmap`` (each member keeps its own mode and counts).
 
@@ -98,7 +100,8 @@ def solve_segments(
 
     def segment(carry):
         state, t, mode, steps, accepted, status, done, report, saved = carry
-        controller = BudgetController(dfx.PIDController(rtol=rtol, atol=atol), budget - steps)
+        controller = BudgetController(dfx.PIDController(rtol=rtol, atol=atol), budget - steps,
+                                      watch)
         subs = [dfx.SubSaveAt(t1=True)]
         if save_at is not None:
             subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, t, t_max), fn=observe))
@@ -106,8 +109,8 @@ def solve_segments(
         # takes no step (t1 = t0) instead of integrating on past its stop.
         sol = dfx.diffeqsolve(term, solver, t0=t, t1=jnp.where(done, t, t_max), dt0=dt0,
                               y0=state, args=mode, stepsize_controller=controller, event=event,
-                              saveat=dfx.SaveAt(subs=subs), max_steps=max_steps, throw=False,
-                              adjoint=adjoint)
+                              saveat=dfx.SaveAt(subs=subs, controller_state=True),
+                              max_steps=max_steps, throw=False, adjoint=adjoint)
         new_state = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
         new_t = sol.ts[0][-1]
         if save_at is not None:
@@ -148,7 +151,9 @@ def solve_segments(
         status = Status.where(
             (sol.result == dfx.RESULTS.max_steps_reached) | (sol.result == dfx.RESULTS.successful)
             | (switched & (steps >= budget)), Status.budget_exhausted, status)
-        status = Status.where(sol.result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
+        stiff = sol.controller_state.stiff
+        status = Status.where(sol.result == dfx.RESULTS.dt_min_reached,
+                              Status.where(stiff, Status.converged, Status.stalled), status)
         status = Status.where(switched & (report.switches >= max_switches),
                               Status.unresolved_switching, status)
         status = Status.where(switched & counts.degenerate, Status.degenerate_sliding, status)

@@ -4,8 +4,11 @@ seconds instead of exhausting a 10⁵-step budget."""
 
 import diffrax as dfx
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int
+
+from .stiffness import StiffnessWatch
 
 #: The stall test: over this many consecutive steps (accepted or rejected) the clock must grow by
 #: more than `STALL_ADVANCE` relative (plus `STALL_ADVANCE` absolute). Healthy phases advance
@@ -21,15 +24,21 @@ class _BudgetState(eqx.Module):
     mark_t: Array
     stalled: Array
     inner: object
+    mark_loss: Array  # stiffness watch: the last decade mark (loss, attempted steps)
+    mark_loss_steps: Array
+    stiff: Array
 
 
 class BudgetController(dfx.AbstractAdaptiveStepSizeController):
     """Wraps an adaptive controller; ends the solve with ``max_steps_reached`` once `budget`
     steps (accepted + rejected) were attempted, and with ``dt_min_reached`` (read as
-    `Status.stalled`) when the clock stalls (see `STALL_WINDOW`)."""
+    `Status.stalled`) when the clock stalls (see `STALL_WINDOW`). With a `watch`, it also ends
+    the solve (``dt_min_reached`` with ``state.stiff`` set) when the explicit phase turns stiff
+    (`ibflow._tail.stiffness`); read the flag with ``SaveAt(controller_state=True)``."""
 
     controller: dfx.AbstractAdaptiveStepSizeController
     budget: Int[Array, ""]
+    watch: StiffnessWatch | None = None
 
     @property
     def rtol(self):
@@ -44,13 +53,17 @@ class BudgetController(dfx.AbstractAdaptiveStepSizeController):
         return self.controller.norm
 
     def wrap(self, direction):
-        return BudgetController(self.controller.wrap(direction), self.budget)
+        return BudgetController(self.controller.wrap(direction), self.budget, self.watch)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         t1, inner = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
         zero = jnp.zeros((), dtype=jnp.int64 if jnp.int64 == jnp.int_ else jnp.int32)
-        return t1, _BudgetState(steps=zero, mark_steps=zero, mark_t=jnp.asarray(t0),
-                                stalled=jnp.array(False), inner=inner)
+        # Not differentiated (as Diffrax does for a controller state it does not save): the
+        # engine saves this state to read `stiff`, and Diffrax refuses tangents into a saved one.
+        return t1, jax.lax.stop_gradient(_BudgetState(
+            steps=zero, mark_steps=zero, mark_t=jnp.asarray(t0), stalled=jnp.array(False),
+            inner=inner, mark_loss=jnp.asarray(jnp.inf), mark_loss_steps=zero,
+            stiff=jnp.array(False)))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order,
                         controller_state):
@@ -61,9 +74,15 @@ class BudgetController(dfx.AbstractAdaptiveStepSizeController):
         mark_t = controller_state.mark_t
         stalled = window_done & (jnp.abs(next_t0 - mark_t)
                                  <= STALL_ADVANCE * (1 + jnp.abs(mark_t)))
+        mark_loss, mark_loss_steps, stiff = (
+            (controller_state.mark_loss, controller_state.mark_loss_steps, jnp.array(False))
+            if self.watch is None else self.watch.update(
+                steps, keep, y1_candidate, controller_state.mark_loss,
+                controller_state.mark_loss_steps))
         state = _BudgetState(
             steps=steps, mark_steps=jnp.where(window_done, steps, controller_state.mark_steps),
-            mark_t=jnp.where(window_done, next_t0, mark_t), stalled=stalled, inner=inner)
-        result = dfx.RESULTS.where(stalled, dfx.RESULTS.dt_min_reached, result)
+            mark_t=jnp.where(window_done, next_t0, mark_t), stalled=stalled, inner=inner,
+            mark_loss=mark_loss, mark_loss_steps=mark_loss_steps, stiff=stiff)
+        result = dfx.RESULTS.where(stalled | stiff, dfx.RESULTS.dt_min_reached, result)
         result = dfx.RESULTS.where(steps >= self.budget, dfx.RESULTS.max_steps_reached, result)
         return keep, next_t0, next_t1, jump, state, result
