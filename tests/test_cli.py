@@ -154,7 +154,7 @@ def test_json_mode_writes_only_json_to_stdout_in_a_real_process():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run(
         [sys.executable, "-c", "import sys; from ibflow._cli import main; sys.exit(main())",
-         "flow", "--n", "4", "--d", "8", "--k", "2", "--max-steps", "5", "--json"],
+         "flow", "--n", "4", "--d", "8", "--k", "2", "--max-steps", "2", "--json"],
         capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 3, proc.stderr
     assert json.loads(proc.stdout)["status_name"] == "budget_exhausted"

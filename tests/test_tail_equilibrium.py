@@ -33,6 +33,25 @@ def test_newton_tail_limit_equals_the_integrated_tail(getkey, scale, shape):
     assert int(newton.steps) < int(integrated.steps)
 
 
+def test_chord_steps_reach_the_same_limit_with_fewer_jacobians(getkey):
+    """Chord steps (reusing a factorization) change how the root is reached, not the root:
+    with none, one and the default (up to four) the limits agree to 1e-10, and the
+    factorization count does not grow with more chords."""
+    X, y = _problem(getkey, n=20, d=60)
+    model = ibflow.DiagonalNet.from_scale_shape(1e-4, 0.3, dim=X.shape[1])
+    sols = [ibflow.integrate(model, X, y, stiff_solver=ibflow.EquilibriumNewton(max_chords=k))
+            for k in (0, 1, ibflow.EquilibriumNewton().max_chords)]
+    for sol in sols:
+        assert sol.status == ibflow.Status.converged
+        assert relative(sol.predictor, sols[0].predictor) <= 1e-10
+    steps = [int(sol.steps) for sol in sols]
+    assert steps[2] <= steps[1] <= steps[0], steps
+    assert steps[2] < steps[0], steps
+    for bad in ({"max_chords": -1}, {"max_chords": 1.5}, {"max_iterations": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ibflow.EquilibriumNewton(**bad)
+
+
 def test_newton_tail_limit_equals_the_parameter_ode(getkey):
     """Through the 4d parameters (no closed form, no Newton) the flow reaches the same limit."""
     X, y = _problem(getkey, n=8, d=30)

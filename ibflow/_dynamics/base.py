@@ -3,6 +3,7 @@
 import abc
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from .._tail.jacobian import AbstractTailJacobian
@@ -56,3 +57,9 @@ class AbstractConvexGradientDynamics(AbstractDynamics):
     Jacobian (`DenseJacobian`). The flow then converges from every state to the one root of the
     vector field, so its tail can be finished by Newton's method (`EquilibriumNewton`) instead of
     being integrated. Example: the diagonal net's n-dim reduction (THEORY §2.3)."""
+
+    def loss_and_field(self, state) -> tuple[Float[Array, ""], Float[Array, " n"]]:
+        """``(loss(state), vector_field(0, state, None))``. Newton's tail needs both at every
+        trial point; a dynamics whose two share their expensive part (the diagonal net's
+        residual ``Xw(ν) − y``) overrides this to compute it once."""
+        return self.loss(state), self.vector_field(jnp.zeros(()), state, None)

@@ -48,14 +48,21 @@ class DiagonalReducedDynamics(AbstractConvexGradientDynamics):
     def model(self, state):
         return self.initial.transported(self.X.T @ state)
 
+    def _residual(self, state):
+        return self.X @ self._predictor(state) - self.y
+
     def loss(self, state):
-        return 0.5 * jnp.mean((self.X @ self._predictor(state) - self.y) ** 2)
+        return 0.5 * jnp.mean(self._residual(state) ** 2)
 
     def time(self, c, state):
         return c
 
     def vector_field(self, c, state, args):
-        return -(2.0 / self.X.shape[0]) * (self.X @ self._predictor(state) - self.y)
+        return -(2.0 / self.X.shape[0]) * self._residual(state)
+
+    def loss_and_field(self, state):
+        r = self._residual(state)  # one Xᵀν, one predictor, one Xw for both
+        return 0.5 * jnp.mean(r**2), -(2.0 / self.X.shape[0]) * r
 
     def linearization(self, c, state, args):
         w0, k = self._coefficients()
