@@ -72,16 +72,21 @@ def sweep_grid(X, y, alphas, shapes, *, target_loss=None, stiff_solver="auto"):
     so each chunk's lockstep waits for a similar slowest member), with the reproductions' path
     tolerance ``SWEEP_RTOL``: the reduced flow's limit does not depend on the path error, and
     the distance column checks it against argmin Q."""
-    d = X.shape[1]
-    shape_axis, scale_axis = np.unique(shapes), np.unique(alphas)
-    grid = ibflow.Grid(shape=shape_axis, scale=scale_axis)
+    target = exact_target(y) if target_loss is None else target_loss
+    return sweep_with(X, y, alphas, shapes, target_loss=target, stiff_solver=stiff_solver,
+                      rtol=SWEEP_RTOL, atol=SWEEP_RTOL * 1e-4)
+
+
+def sweep_with(X, y, alphas, shapes, **options):
+    """``ibflow.sweep`` over the shape-major grid of (`alphas`, `shapes`) with `options` passed
+    to ``integrate`` (none: the defaults a user gets). Returns per-member arrays in grid order
+    (w, steps, time, loss, status) and the sweep's lockstep efficiency."""
+    grid = ibflow.Grid(shape=np.unique(shapes), scale=np.unique(alphas))
     members = grid.members()
     if not (np.array_equal(members["shape"], shapes) and np.array_equal(members["scale"], alphas)):
-        raise ValueError("sweep_grid needs a shape-major cartesian grid")
-    target = exact_target(y) if target_loss is None else target_loss
-    res = ibflow.sweep(_ShapeScaleDiagonal(d), grid, (jnp.asarray(X), jnp.asarray(y)),
-                       references=(), progress=False, target_loss=target,
-                       stiff_solver=stiff_solver, rtol=SWEEP_RTOL, atol=SWEEP_RTOL * 1e-4)
+        raise ValueError("the members must be the shape-major cartesian grid")
+    res = ibflow.sweep(_ShapeScaleDiagonal(X.shape[1]), grid, (jnp.asarray(X), jnp.asarray(y)),
+                       references=(), progress=False, **options)
     out = {k: np.asarray(res[src]).reshape((grid.size,) + np.shape(res[src])[2:])
            for k, src in dict(w="predictor", steps="steps", time="time", loss="loss",
                               status="status").items()}
@@ -157,16 +162,6 @@ def vector_field_seconds(X, y, batch: int, *, count: int = 200, runs: int = 3) -
     return t.run_s / count
 
 
-def default_sweep(X, y, alphas, shapes):
-    """``ibflow.sweep`` with default options (target: the limit, Newton tail from the start)."""
-    grid = ibflow.Grid(shape=np.unique(shapes), scale=np.unique(alphas))
-    res = ibflow.sweep(_ShapeScaleDiagonal(X.shape[1]), grid, (jnp.asarray(X), jnp.asarray(y)),
-                       references=(), progress=False)
-    return dict(w=np.asarray(res["predictor"]).reshape(len(alphas), -1),
-                steps=np.asarray(res["steps"]).reshape(-1),
-                status=np.asarray(res["status"]).reshape(-1))
-
-
 def run(p: Problem, reference: np.ndarray, *, runs: int):
     """Time one flow (on sampled configs), the vmapped grid, and the sweep; profile the grid.
     Returns a dict of measurements (see benchmarks.__main__ for the rows built from it)."""
@@ -187,7 +182,7 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
                             converged=int((np.asarray(res["status"]) == 0).sum()),
                             lockstep_efficiency=res["lockstep_efficiency"])
     # --- the grid with default options (what `ibflow.sweep` and `ibflow reproduce` do) -------
-    t = time_jax(lambda: default_sweep(X, y, p.alphas, p.shapes), runs=1 if p.quick else 5)
+    t = time_jax(lambda: sweep_with(X, y, p.alphas, p.shapes), runs=1 if p.quick else 5)
     res = t.result
     out["default"] = dict(timing=t, steps=res["steps"], dist=rel_dist(res["w"], reference),
                           converged=int((res["status"] == 0).sum()))

@@ -44,7 +44,7 @@ import ibflow
 from . import _common as C
 from . import reference as reference_mod
 from . import wp_peers
-from .ibflow_grid import _ShapeScaleDiagonal
+from .ibflow_grid import sweep_with
 
 LEVELS = (1e-4, 1e-6, 1e-8, 1e-10)
 
@@ -178,23 +178,13 @@ def reference(p: C.Problem):
 
 
 def _sweep(p: C.Problem, options: dict, target_rel):
-    grid = ibflow.Grid(shape=np.unique(p.shapes), scale=np.unique(p.alphas))
     opts = dict(options)
     if target_rel is not None:
         opts["target_loss"] = target_rel * 0.5 * float(np.mean(p.y**2))
-    res = ibflow.sweep(_ShapeScaleDiagonal(p.d), grid, (jnp.asarray(p.X), jnp.asarray(p.y)),
-                       references=(), progress=False, **opts)
-    return dict(w=np.asarray(res["predictor"]).reshape(p.size, p.d),
-                status=np.asarray(res["status"]).reshape(p.size),
-                steps=np.asarray(res["steps"]).reshape(p.size))
+    return sweep_with(p.X, p.y, p.alphas, p.shapes, **opts)
 
 
 def run_ibflow(p, ref, s: Settings, log) -> list[Point]:
-    grid = ibflow.Grid(shape=np.unique(p.shapes), scale=np.unique(p.alphas))
-    members = grid.members()
-    if not (np.array_equal(members["shape"], p.shapes)
-            and np.array_equal(members["scale"], p.alphas)):
-        raise ValueError("the problem's members must be the shape-major cartesian grid")
     points = []
     for label, options, target_rel in s.ibflow:
         # First call: compile (JAX's own compile events) + run; the second call is the warm

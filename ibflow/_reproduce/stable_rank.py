@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._classification.diagnostics import kkt_residual, trajectory_diagnostics
+from .._classification.diagnostics import kkt_residual, stable_rank, trajectory_diagnostics
 from .._classification.flow import classification_flow
 from .._models.classifier import TwoLayerClassifier
 from .._status import STATUS_NAMES
@@ -95,8 +95,7 @@ def run(out: Path, full: bool) -> dict:
              "margin_spread": np.asarray(diag.margin_spread),
              "norm": np.asarray(diag.first_norm)}
         panels[name] = p
-        ranks = np.asarray(eqx.filter_vmap(lambda m: jnp.linalg.norm(m.first) ** 2
-                                           / jnp.linalg.norm(m.first, 2) ** 2)(sols.model))
+        ranks = np.asarray(jax.vmap(stable_rank)(sols.model.first))
         tag = name.split(",")[0].split(" ")[0] + ("_leaky" if slope > 0 else "_relu")
         arrays.update({f"{tag}_{k}": v for k, v in p.items()})
         summary[name] = {

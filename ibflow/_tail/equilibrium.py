@@ -39,7 +39,7 @@ class EquilibriumNewton(eqx.Module):
 
     **Arguments:** `max_iterations`: Newton iterations at most (each counts as one step of the
     solve's budget). `max_chords`: chord steps at most after each Newton step, reusing its
-    factorization while each at least halves the loss.
+    factorization while each at least quarters the loss.
 
     Not for trajectories: the path after the switch is not computed, so ``save_at`` needs a
     Runge–Kutta tail (``stiff_solver="auto"`` picks one then).
@@ -73,8 +73,9 @@ def _line_search(fixed, state, loss, direction, active, max_halvings):
     """Halve the step along `direction` until the loss decreases (at most `max_halvings`
     times). Members that are not `active` (done, in a vmapped batch) take no halvings: without
     this gate a finished member at its round-off floor would make every member of its batch
-    pay ``max_halvings`` loss evaluations per iteration. Returns ``(state, loss, field, better,
-    halvings)``; `field` is the vector field at the returned state (computed with the loss)."""
+    pay ``max_halvings`` loss evaluations per iteration. Returns the last trial ``(state, loss,
+    field, better, halvings)`` (`field`: the vector field there, computed with the loss); the
+    caller keeps it only where `better`."""
 
     def shorter(search):
         step, _, _, _, halvings = search
@@ -94,8 +95,8 @@ def _line_search(fixed, state, loss, direction, active, max_halvings):
 
 
 def _chords(fixed, factor, state, loss, field, active, stop_at, max_chords):
-    """Chord steps ``ν ← ν + M⁻¹F(ν)`` with the factor of an earlier point, kept while each
-    at least halves the loss (near the root the chord iteration contracts linearly with rate
+    """Chord steps ``ν ← ν + M⁻¹F(ν)`` with the factor of an earlier point, continued while
+    each at least quarters the loss (near the root the chord iteration contracts linearly with rate
     ~ the distance at which M was built; a weaker decrease is cheaper served by a new
     Jacobian). Each costs one field evaluation and two triangular solves, against one n²d
     Jacobian build for a Newton step. Returns ``(state, loss, field)``."""
