@@ -96,7 +96,9 @@ def solve_segments(
     event = dfx.Event(scaled_event_value,
                       root_finder=optx.Bisection(rtol=1e-14, atol=1e-12, flip=True),
                       direction=False)
-    term = dfx.ODETerm(dynamics.vector_field)
+    # Behind a jit boundary, traced once for every stage of the solver (see
+    # `ibflow._kinks.dynamics._traced_once`: the field solves the multiplier system).
+    term = dfx.ODETerm(eqx.filter_jit(dynamics.vector_field))
 
     def segment(carry):
         state, t, mode, steps, accepted, status, done, report, saved = carry
