@@ -80,14 +80,15 @@ _candidates: dict = {}
 
 def _candidate_files() -> tuple[str, ...]:
     """Resolved source paths of ibflow's modules and of the user's (outside the standard library
-    and site-packages), computed again only when the set of loaded modules changes: resolving
-    (``os.path.realpath`` lstat()s every component) made the scan ~10 ms of every sweep call."""
-    names = tuple(sys.modules)
-    if _candidates.get("names") != names:
+    and site-packages), computed again only when the loaded modules or their files change:
+    resolving (``os.path.realpath`` lstat()s every component) made the scan ~10 ms of every
+    sweep call."""
+    loaded = tuple((name, getattr(module, "__file__", None))
+                   for name, module in list(sys.modules.items()))
+    if _candidates.get("loaded") != loaded:
         system = _system_paths()
         paths = []
-        for name, module in list(sys.modules.items()):
-            path = getattr(module, "__file__", None)
+        for name, path in loaded:
             if not path or not path.endswith(".py"):
                 continue
             ours = name.split(".")[0] == "ibflow"
@@ -96,7 +97,7 @@ def _candidate_files() -> tuple[str, ...]:
             real = os.path.realpath(path)
             if ours or not real.startswith(system):
                 paths.append(real)
-        _candidates.update(names=names, paths=tuple(sorted(set(paths))))
+        _candidates.update(loaded=loaded, paths=tuple(sorted(set(paths))))
     return _candidates["paths"]
 
 
