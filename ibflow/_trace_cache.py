@@ -75,37 +75,33 @@ def _system_paths() -> tuple[str, ...]:
     return tuple(dict.fromkeys(given + [os.path.realpath(p) for p in given]))
 
 
-_candidates: dict = {}
-
-
-def _candidate_files() -> tuple[str, ...]:
+@functools.lru_cache(maxsize=1)
+def _resolved_sources(loaded: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
     """Resolved source paths of ibflow's modules and of the user's (outside the standard library
-    and site-packages), computed again only when the loaded modules or their files change:
-    resolving (``os.path.realpath`` lstat()s every component) made the scan ~10 ms of every
-    sweep call."""
-    loaded = tuple((name, getattr(module, "__file__", None))
-                   for name, module in list(sys.modules.items()))
-    if _candidates.get("loaded") != loaded:
-        system = _system_paths()
-        paths = []
-        for name, path in loaded:
-            if not path or not path.endswith(".py"):
-                continue
-            ours = name.split(".")[0] == "ibflow"
-            if not ours and path.startswith(system):  # cheap test first: most modules are here
-                continue
-            real = os.path.realpath(path)
-            if ours or not real.startswith(system):
-                paths.append(real)
-        _candidates.update(loaded=loaded, paths=tuple(sorted(set(paths))))
-    return _candidates["paths"]
+    and site-packages), from ``(name, __file__)`` of the loaded modules. Cached on that tuple, so
+    paths are resolved again only when the loaded modules or their files change: resolving
+    (``os.path.realpath`` lstat()s every component) made the scan ~10 ms of every sweep call."""
+    system = _system_paths()
+    paths = []
+    for name, path in loaded:
+        if not path or not path.endswith(".py"):
+            continue
+        ours = name.split(".")[0] == "ibflow"
+        if not ours and path.startswith(system):  # cheap test first: most modules are here
+            continue
+        real = os.path.realpath(path)
+        if ours or not real.startswith(system):
+            paths.append(real)
+    return tuple(sorted(set(paths)))
 
 
 def _source_files() -> list[tuple[str, int, int]]:
     """``(path, size, mtime_ns)`` of ibflow's files and of the user's loaded modules (read on
     every call: an edited file changes the key)."""
     files = []
-    for real in _candidate_files():
+    loaded = tuple((name, getattr(module, "__file__", None))
+                   for name, module in list(sys.modules.items()))
+    for real in _resolved_sources(loaded):
         try:
             st = os.stat(real)
         except OSError:

@@ -72,27 +72,23 @@ class Executor:
         self.n_devices = len(devices)
         self._members = NamedSharding(mesh, PartitionSpec("members"))
         self._replicated = NamedSharding(mesh, PartitionSpec())
-        self._placed = None  # (dataset, refs, their device copies): see `_replicate`
         self._batch = TraceCache("ibflow.sweep batch", _integrate_batch, self.build, self.options,
                                  self.option_axes, self.references, self.has_test)
 
-    def run(self, params: dict[str, np.ndarray], dataset: dict[str, np.ndarray],
-            refs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Integrate the members ``params`` (one flat array per axis) on one data set."""
+    def place(self, dataset: dict[str, np.ndarray], refs: dict[str, np.ndarray]) -> tuple:
+        """One data set and its references on every device: copied once per data set, and
+        passed to `run` for each of its chunks (X of the Figure 7.1 grid: 800 kB, 13 chunks)."""
+        d = dataset["X"].shape[1]
+        X_test = dataset.get("X_test", np.zeros((1, d)))
+        y_test = dataset.get("y_test", np.zeros(1))
+        return jax.device_put((dataset["X"], dataset["y"], X_test, y_test, dict(refs)),
+                              self._replicated)
+
+    def run(self, params: dict[str, np.ndarray], placed: tuple) -> dict[str, np.ndarray]:
+        """Integrate the members ``params`` (one flat array per axis) on a data set placed by
+        `place`."""
         # device_put, not jnp.asarray: that compiles a conversion program per shape and dtype.
         params = jax.device_put({k: np.asarray(v) for k, v in params.items()}, self._members)
         with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
-            out = self._batch(params, *self._replicate(dataset, refs))
+            out = self._batch(params, *placed)
         return {k: np.asarray(v) for k, v in out.items()}
-
-    def _replicate(self, dataset, refs):
-        """The data set and references on every device, copied once per data set rather than
-        once per chunk (X of the Figure 7.1 grid: 800 kB, 13 chunks)."""
-        placed = self._placed
-        if placed is None or placed[0] is not dataset or placed[1] is not refs:
-            d = dataset["X"].shape[1]
-            X_test = dataset.get("X_test", np.zeros((1, d)))
-            y_test = dataset.get("y_test", np.zeros(1))
-            self._placed = dataset, refs, jax.device_put(
-                (dataset["X"], dataset["y"], X_test, y_test, dict(refs)), self._replicated)
-        return self._placed[2]

@@ -188,10 +188,11 @@ def _run(plan, executor, datasets, refs, store, progress) -> dict:
     n_dev = executor.n_devices
     for di in range(plan.n_datasets):
         mine = [t for t in todo if t[0] == di]
+        placed = executor.place(datasets[di], refs[di]) if mine else None
         for group in (mine[i:i + n_dev] for i in range(0, len(mine), n_dev)):
             slots = group + [group[-1]] * (n_dev - len(group))
             index = np.concatenate([_padded(plan.chunks[ci], plan.chunk_size) for _, ci in slots])
-            result = executor.run(plan.member_params(index), datasets[di], refs[di])
+            result = executor.run(plan.member_params(index), placed)
             for slot, (_, ci) in enumerate(group):
                 idx, lo = plan.chunks[ci], slot * plan.chunk_size
                 rec = {k: v[lo:lo + len(idx)] for k, v in result.items()} | {"index": idx}
