@@ -9,7 +9,9 @@ Benchmarks (``--only``): ibflow, gd, scipy, minimizer, scaling, roofline, work_p
 work–precision figure and table of issue 14, ``benchmarks.work_precision``; with ``--quick`` its
 ``--small`` version; writes ``DIR/work_precision.{md,png}``), general (issue 12's
 general-model table, ``benchmarks/general_models.py``; also written as
-``DIR/general_models.{md,png}``). Target rows need the
+``DIR/general_models.{md,png}``), gpu (issue 14's accelerator rows, ``benchmarks/gpu.py``: run
+when JAX sees a GPU, writing ``DIR/gpu.{md,json,png}``; otherwise the rows quote the last
+recorded GPU run, ``benchmarks/results/gpu.json``, and say so). Target rows need the
 benchmarks they compare; a target whose inputs were not run is reported as "not run".
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 import time
@@ -27,6 +30,7 @@ from . import _common as C
 from . import (
     gd_loop,
     general_models,
+    gpu,
     ibflow_grid,
     minimizer,
     reference,
@@ -37,7 +41,8 @@ from . import (
 )
 from ._common import Row
 
-NAMES = ("ibflow", "gd", "scipy", "minimizer", "scaling", "roofline", "work_precision", "general")
+NAMES = ("ibflow", "gd", "scipy", "minimizer", "scaling", "roofline", "work_precision", "general",
+         "gpu")
 
 
 class Settings:
@@ -318,8 +323,6 @@ def rows_scaling(ctx: Context) -> list[Row]:
                         steps=f"{e['steps_mean']:.0f} mean / {e['steps_max']:.0f} max",
                         note=f"{e['converged']}/{e['count']} converged; 1 call, run = wall − "
                              "compile"))
-    if not res["gpu"]:
-        rows.append(Row("5", "scaling: GPU (10⁴ configs, d=1000)", note="no GPU available"))
     ctx.__dict__["scaling_results"] = res
     return rows
 
@@ -394,6 +397,37 @@ def _target(name, ratio, target, passed, note="") -> Row:
                passed=None if passed is None else bool(passed), note=note)
 
 
+#: The last run of `benchmarks.gpu` on a GPU, quoted when this run has none.
+RECORDED_GPU = os.path.join(os.path.dirname(__file__), "results", "gpu.json")
+
+
+def rows_gpu(ctx: Context) -> list[Row]:
+    if C.has_gpu():
+        info = gpu.run(small=ctx.s.quick, chunks=[16, 400] if ctx.s.quick else gpu.CHUNKS,
+                       budget_s=300.0, cpu_reference=None, out_dir=ctx.out_dir)
+        tag = "this run"
+    elif os.path.isfile(RECORDED_GPU):
+        with open(RECORDED_GPU) as f:
+            info = json.load(f)
+        tag = (f"no GPU in this run: recorded {info['date']} on {info['device']} by "
+               "`python -m benchmarks.gpu` (benchmarks/results/gpu.md)")
+    else:
+        return [Row("5", "GPU: the grid with 10⁴ configurations", note="no GPU available and "
+                    "no recorded GPU run (python -m benchmarks.gpu on a GPU writes one)")]
+    ctx.__dict__["gpu_results"] = (info, tag)
+    rows = []
+    for e in info["by_chunk"]:
+        rows.append(Row("5", f"GPU: {info['configs']} configs, d={info['d']}, chunk "
+                        f"{e['chunk']} ({info['device']})", info["configs"],
+                        compile_s=e["compile_s"], run_s=e["run_s"],
+                        per_config_s=e["run_s"] / info["configs"],
+                        steps=f"{e['steps_mean']:.2f} mean / {e['steps_max']} max",
+                        dist=info["precision"]["max"], value=e["flows_per_s"],
+                        note=f"value = flows/s; {e['converged']}/{info['configs']} converged; "
+                             f"{e['fraction_of_f64']:.1%} of the float64 matmul rate; " + tag))
+    return rows
+
+
 def rows_targets(ctx: Context, ran: set[str]) -> list[Row]:
     rows = []
     have = ctx.__dict__
@@ -456,10 +490,20 @@ def rows_targets(ctx: Context, ran: set[str]) -> list[Row]:
                             "denominator: the faster of the two matmuls of §6"))
     else:
         rows.append(_target("roofline", None, "≥ 25%", None, "not run"))
-    gpu = have.get("scaling_results", {}).get("gpu", C.has_gpu())
-    if not gpu:
-        rows.append(_target("GPU: 10⁴-config grid at d=1000, flows/s", None, "report", None,
-                            "no GPU available"))
+    if "gpu_results" in have:
+        info, tag = ctx.gpu_results
+        best = min(info["by_chunk"], key=lambda e: e["run_s"])
+        rows.append(_target(f"GPU: {info['configs']} flows at d={info['d']}, warm call [s]",
+                            best["run_s"], "≤ 10 s", best["run_s"] <= 10,
+                            f"{info['device']}, chunk {best['chunk']}: {best['flows_per_s']:.0f} "
+                            f"flows/s, {best['fraction_of_f64']:.1%} of its float64 matmul rate; "
+                            + tag))
+        rows.append(_target("GPU limits vs the CPU's (max relative difference)",
+                            info["vs_host_cpu"], "≤ 1e-10", info["vs_host_cpu"] <= 1e-10,
+                            f"{info['cpu_members']} members on the same host's CPU; " + tag))
+    else:
+        rows.append(_target("GPU: 10⁴-config grid at d=1000", None, "≤ 10 s", None,
+                            "not run"))
     return rows
 
 
@@ -483,7 +527,7 @@ def main(argv=None) -> int:
     builders = {"ibflow": rows_ibflow, "gd": rows_gd, "scipy": rows_scipy,
                 "minimizer": rows_minimizer, "scaling": rows_scaling, "roofline": rows_roofline,
                 "work_precision": rows_work_precision,
-                "general": rows_general}
+                "general": rows_general, "gpu": rows_gpu}
     rows: list[Row] = []
     t0 = time.perf_counter()
     for name in NAMES:

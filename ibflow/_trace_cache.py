@@ -183,12 +183,29 @@ def _evict(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def _export(fn, static, treedef, leaves, path: Path) -> Callable:
+def _platform(leaves) -> str | None:
+    """The export platform (``cpu``, ``cuda``, ...) of the devices the call's arrays live on;
+    None when they span several platforms or one that is neither CPU nor the default backend
+    (then the call is traced as usual). A program exported for one platform cannot run on
+    another, so this is part of the key: a sweep on ``jax.devices("cpu")`` in a process whose
+    default backend is a GPU must not load the GPU's program."""
+    found = {d.platform for a in leaves if isinstance(a, jax.Array) for d in a.devices()}
+    found = found or {jax.default_backend()}
+    if len(found) != 1:
+        return None
+    (platform,) = found
+    if platform == jax.default_backend():
+        return jax.export.default_export_platform()
+    return "cpu" if platform == "cpu" else None
+
+
+def _export(fn, static, treedef, leaves, path: Path, platform: str) -> Callable:
     def flat(*arrays):
         bound, args = jax.tree_util.tree_unflatten(treedef, arrays)
         return fn(*eqx.combine(bound, static), *args)
 
-    exported = jax.export.export(jax.jit(flat))(*[_leaf_spec(a) for a in leaves])
+    exported = jax.export.export(jax.jit(flat), platforms=(platform,))(
+        *[_leaf_spec(a) for a in leaves])
     try:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(exported.serialize())
@@ -223,11 +240,14 @@ class TraceCache:
         if self.folder is None or not self._base_key():
             return self.fn(*self.bound, *args)
         leaves, treedef = jax.tree_util.tree_flatten((self._arrays, args))
+        platform = _platform(leaves)
+        if platform is None:
+            return self.fn(*self.bound, *args)
         specs = tuple((a.shape, str(a.dtype), str(getattr(a, "sharding", None))) for a in leaves)
         # The bound arguments' structure is in the base key (their fingerprint); the calls'
         # structure (dicts and tuples of arrays) prints without addresses.
         structure = str(jax.tree_util.tree_structure(args))
-        digest = hashlib.sha256(repr((self._base, structure, specs)).encode()).hexdigest()
+        digest = hashlib.sha256(repr((self._base, platform, structure, specs)).encode()).hexdigest()
         if digest in _refused:
             return self.fn(*self.bound, *args)
         call = _loaded.get(digest)
@@ -238,7 +258,7 @@ class TraceCache:
                 call = jax.jit(jax.export.deserialize(bytearray(path.read_bytes())).call)
             except Exception:  # noqa: BLE001  (absent or unreadable: trace and write it again)
                 try:
-                    call = _export(self.fn, self._static, treedef, leaves, path)
+                    call = _export(self.fn, self._static, treedef, leaves, path, platform)
                 except Exception:  # noqa: BLE001  (not exportable: trace as usual; an error
                     _refused.add(digest)  # of `fn` itself is then raised by that call)
                     return self.fn(*self.bound, *args)

@@ -261,3 +261,23 @@ def test_kinks_benchmark_quick(tmp_path):
     assert len(ladder) == 4 and min(float(r[6]) for r in ladder) <= 1e-7, ladder
     large = md.split("## A sliding neuron")[1].splitlines()[-1].split("|")
     assert float(large[9]) < 1e-9  # ibflow's limit against argmin Q
+
+
+def test_gpu_benchmark_small(tmp_path):
+    """``benchmarks.gpu --small`` on the device JAX sees (the CPU here; issue 14's GPU rows come
+    from the same code on a GPU): every member of the grid converges to within 1e-9 of argmin Q
+    (ibflow's minimizer, a second algorithm), the sub-grid run again on the CPU and a CPU
+    reference file both agree, and the table, JSON and figure are written."""
+    from benchmarks import gpu
+
+    ref = tmp_path / "cpu_reference.npz"
+    gpu.write_cpu_reference(str(ref), small=True)
+    info = gpu.run(small=True, chunks=[16], budget_s=60.0, cpu_reference=str(ref),
+                   out_dir=str(tmp_path))
+    (e,) = info["by_chunk"]
+    assert e["converged"] == info["configs"] == 400 and e["steps_max"] >= 1
+    assert info["precision"]["max"] < 1e-9
+    assert info["vs_host_cpu"] <= 1e-10 and info["vs_reference_cpu"]["max"] <= 1e-10
+    assert "| 16 | " in (tmp_path / "gpu.md").read_text()
+    assert json.loads((tmp_path / "gpu.json").read_text())["best_chunk"] == 16
+    assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -217,3 +217,35 @@ def test_trace_cache_keys_on_code_and_refuses_what_it_cannot_fingerprint(tmp_pat
     assert opaque._base_key() is False
     assert bool(jnp.all(opaque(x) == 3.0 * x))
     assert len(list(tmp_path.glob("*.exported"))) == 5
+
+
+def test_trace_cache_keys_on_the_platform_of_the_arrays(tmp_path, monkeypatch):
+    # A program exported for one platform cannot run on another: a sweep on
+    # jax.devices("cpu") in a process whose default backend is a GPU once loaded the GPU's
+    # program ("exported for platforms ('cuda',) but it is used on ('cpu',)").
+    import jax
+    import jax.numpy as jnp
+
+    from ibflow import _trace_cache
+
+    assert _trace_cache._platform([jnp.zeros(2)]) == "cpu"
+    assert _trace_cache._platform([np.zeros(2)]) == jax.export.default_export_platform()
+    monkeypatch.setattr(_trace_cache, "_loaded", {})
+    x = jnp.linspace(0.0, 1.0, 5)
+    apply = lambda f, x: f(2.0, x)  # noqa: E731
+    tc = _trace_cache.TraceCache("test platform", apply, _scaled)
+    tc.folder = tmp_path
+    assert bool(jnp.all(tc(x) == _scaled(2.0, x)))
+    (path,) = tmp_path.glob("*.exported")
+    assert jax.export.deserialize(bytearray(path.read_bytes())).platforms == ("cpu",)
+    # The same call from arrays on another platform: another key, exported for that platform.
+    exported = []
+
+    def fake_export(fn, static, treedef, leaves, path, platform):
+        exported.append(platform)
+        return lambda *leaves: _scaled(2.0, leaves[-1])
+
+    monkeypatch.setattr(_trace_cache, "_platform", lambda leaves: "cuda")
+    monkeypatch.setattr(_trace_cache, "_export", fake_export)
+    assert bool(jnp.all(tc(x) == _scaled(2.0, x)))
+    assert exported == ["cuda"]

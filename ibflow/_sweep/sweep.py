@@ -28,6 +28,11 @@ _REFERENCES = {"min_l1": min_l1_interpolant, "min_l2": lambda X, y: np.asarray(
     min_l2_interpolant(X, y))}
 
 
+#: Default members per chunk on a GPU: the 10⁴-member Figure 7.1 grid on an H200 took 0.94,
+#: 0.53, 0.49 and 0.52 s warm at chunks of 128, 512, 2048 and 10⁴ (`python -m benchmarks.gpu`).
+ACCELERATOR_CHUNK = 2048
+
+
 def sweep(
     build: Callable[..., eqx.Module], grid: Grid, data, *, out: str | Path | None = None,
     chunk_size: int | None = None, order: AbstractOrder | None = CostOrder(),
@@ -55,7 +60,8 @@ def sweep(
       missing or invalid chunks. A directory holding a *different* sweep is refused, and so is
       one another run is writing.
     - `chunk_size`: members per compiled batch on one device. Default: 8 on CPU (small batches
-      of cost-sorted members waste the fewest lockstep steps), 128 on accelerators. Every chunk
+      of cost-sorted members waste the fewest lockstep steps), ``ACCELERATOR_CHUNK`` = 2048 (or
+      the grid's size, if smaller) on accelerators (measured: `benchmarks/gpu.py`). Every chunk
       has the same shape (the last one is padded), so the whole sweep compiles once.
     - `order`: a member-ordering strategy (`CostOrder()`: most expensive first by the models'
       `AbstractCostEstimate`; None: grid order). Members are chunked in this order.
@@ -82,7 +88,7 @@ def sweep(
     datasets, multi = _as_datasets(data)
     devices = list(devices or jax.devices())
     if chunk_size is None:
-        chunk_size = 8 if devices[0].platform == "cpu" else 128
+        chunk_size = 8 if devices[0].platform == "cpu" else min(ACCELERATOR_CHUNK, grid.size)
     chunk_size = _checks.width(chunk_size, "chunk_size")
 
     members = grid.members()
