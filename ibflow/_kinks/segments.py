@@ -5,12 +5,12 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optimistix as optx
 
 from .._status import Status
 from .._tail.budget import BudgetController
 from .base import AbstractSwitchingDynamics
 from .mode import EVENT_LOG, KinkReport
+from .root_finder import IllinoisBracket
 
 #: Default budget of switching events per solve; more ends with
 #: ``Status.unresolved_switching`` (a Zeno-like sequence of switches).
@@ -19,7 +19,8 @@ DEFAULT_MAX_SWITCHES = 2000
 #: ~1e-4 relative roundoff (see the segment loop), so aiming at the level itself could return a
 #: loss just above it, which the engine (converged ⇔ loss ≤ target) must not call converged.
 _STOP_AIM = 0.5
-#: Largest event value accepted as a located root when bisection cannot meet its tolerance.
+#: Largest event value accepted as a located root when the root finder cannot meet its
+#: tolerance.
 _ROUNDOFF_EVENT = 1e-3
 _EVENT_SCALE = 1e-4
 
@@ -44,7 +45,7 @@ def solve_segments(
 
     Each segment is one ``diffeqsolve`` with the mode in ``args`` and one event, the first root
     of ``min(log(L/stop_at), dynamics.event_function)`` (the loss reaching `stop_at` or a
-    switch), located by bisection on the dense output; whichever of the two is smaller there
+    switch), located on the dense output (`IllinoisBracket`); whichever of the two is smaller there
     decides which happened. At a switch ``dynamics.transition`` picks the next mode.
     `budget` (default `max_steps`; may be traced) bounds the attempted steps of all segments
     together, through the engine's `BudgetController`, which also ends a segment whose clock
@@ -86,15 +87,16 @@ def solve_segments(
         return jnp.minimum(stop_value(y), dynamics.event_function(t, y, args))
 
     def scaled_event_value(t, y, args, **kwargs):
-        # Bisection stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| < 1e-12;
-        # scaling the value by _EVENT_SCALE turns the second test into |value| < 1e-8, which
-        # roundoff allows, so a root costs ~45 bisections instead of the 256-step maximum.
+        # The root finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| <
+        # 1e-12; scaling the value by _EVENT_SCALE turns the second test into |value| < 1e-8,
+        # which roundoff allows.
         return _EVENT_SCALE * event_value(t, y, args)
 
     # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
-    # in the interpolated state could fail).
+    # in the interpolated state could fail). ~10 evaluations per root where bisection took ~45
+    # (and its whole 256-step budget at a loss event held above the tolerance by roundoff).
     event = dfx.Event(scaled_event_value,
-                      root_finder=optx.Bisection(rtol=1e-14, atol=1e-12, flip=True),
+                      root_finder=IllinoisBracket(rtol=1e-14, atol=1e-12, flip=True),
                       direction=False)
     # Behind a jit boundary, traced once for every stage of the solver (see
     # `ibflow._kinks.dynamics._traced_once`: the field solves the multiplier system).
@@ -122,9 +124,9 @@ def solve_segments(
                 sol.ys[1], saved)
         steps = steps + sol.stats["num_steps"]
         accepted = accepted + sol.stats["num_accepted_steps"]
-        # Bisection also asks |value| < atol at the root. The loss of an interpolated state
-        # near a 1e-24 target carries roundoff of ~1e-4 relative (the residual is ~1e-12 of a
-        # state of size 1), so log(L/stop_at) cannot get below that; the root finder then
+        # The root finder also asks |value| < atol at the root. The loss of an interpolated
+        # state near a 1e-24 target carries roundoff of ~1e-4 relative (the residual is ~1e-12
+        # of a state of size 1), so log(L/stop_at) cannot get below that; the root finder then
         # reports running out of steps with the root bracketed to the last bit: still the
         # event, with the loss within that roundoff of the target.
         occurred = (sol.result == dfx.RESULTS.event_occurred) | (
