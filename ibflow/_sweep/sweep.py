@@ -28,8 +28,10 @@ _REFERENCES = {"min_l1": min_l1_interpolant, "min_l2": lambda X, y: np.asarray(
     min_l2_interpolant(X, y))}
 
 
-#: Default members per chunk on a GPU: the 10⁴-member Figure 7.1 grid on an H200 took 0.94,
-#: 0.53, 0.49 and 0.52 s warm at chunks of 128, 512, 2048 and 10⁴ (`python -m benchmarks.gpu`).
+#: Default members per chunk on a GPU: the 10⁴-member Figure 7.1 grid on an H200 took 1.05,
+#: 0.54, 0.52, 0.46 and 0.60 s warm at chunks of 128, 512, 1024, 2048 and 10⁴
+#: (`python -m benchmarks.gpu`, benchmarks/results/gpu.md; 0.94, 0.53, 0.49 and 0.52 s at 128,
+#: 512, 2048 and 10⁴ on another lease).
 ACCELERATOR_CHUNK = 2048
 
 
