@@ -36,7 +36,7 @@ import ibflow
 
 from . import reference, roofline
 from ._common import SEED, rel_dist, time_jax
-from .ibflow_grid import _ShapeScaleDiagonal, newton_iteration_flops
+from .ibflow_grid import newton_iteration_flops, sweep_with
 
 #: The grid's ranges: Figure 7.1's scales, its shapes 0 … 0.99 filled in.
 SCALES = (-5.0, -0.6)  # log10
@@ -53,18 +53,13 @@ def axes(n_shapes: int, n_scales: int) -> tuple[np.ndarray, np.ndarray]:
     return np.linspace(*SHAPES, n_shapes), np.logspace(*SCALES, n_scales)
 
 
-def run_sweep(X, y, shapes, scales, *, chunk_size: int, devices, runs: int):
-    """``ibflow.sweep`` with default integrate options; returns (Timing, per-member arrays in
-    shape-major order)."""
-    grid = ibflow.Grid(shape=shapes, scale=scales)
-
-    def call():
-        res = ibflow.sweep(_ShapeScaleDiagonal(X.shape[1]), grid, (X, y), references=(),
-                           progress=False, chunk_size=chunk_size, devices=devices)
-        return {k: np.asarray(res[k]).reshape((grid.size,) + np.shape(res[k])[2:])
-                for k in ("predictor", "steps", "status", "loss")}
-
-    t = time_jax(call, runs=runs)
+def run_sweep(X, y, shapes, scales, *, chunk_size: int | None, devices, runs: int):
+    """``ibflow.sweep`` with default integrate options on the shape-major grid of `shapes` ×
+    `scales` (``ibflow_grid.sweep_with``); returns (Timing, per-member arrays: w, steps, time,
+    loss, status)."""
+    s, a = np.meshgrid(shapes, scales, indexing="ij")
+    t = time_jax(lambda: sweep_with(X, y, a.ravel(), s.ravel(), chunk_size=chunk_size,
+                                    devices=devices), runs=runs)
     return t, t.result
 
 
@@ -74,7 +69,7 @@ def write_cpu_reference(path: str, small: bool) -> None:
     sub_shapes, sub_scales = shapes[::10], scales[::10]
     _, res = run_sweep(X, y, sub_shapes, sub_scales, chunk_size=8,
                        devices=jax.devices("cpu"), runs=0)
-    np.savez(path, shapes=sub_shapes, scales=sub_scales, w=res["predictor"],
+    np.savez(path, shapes=sub_shapes, scales=sub_scales, w=res["w"],
              status=res["status"], jax=jax.__version__, machine=platform.processor() or "cpu")
     _say(f"wrote {path}: {len(sub_shapes) * len(sub_scales)} limits, jax {jax.__version__}")
 
@@ -143,17 +138,17 @@ def run(*, small: bool, chunks: list[int], budget_s: float, cpu_reference: str |
     # --- the work–precision point: every member against the Theorem-1 minimizer -------------
     s_all, a_all = np.meshgrid(shapes, scales, indexing="ij")
     w_min, method = reference.minimizers(X, y, a_all.ravel(), s_all.ravel())
-    dist = rel_dist(res["predictor"], w_min)
+    dist = rel_dist(res["w"], w_min)
     info["precision"] = dict(method=method, max=float(np.max(dist)),
                              median=float(np.median(dist)))
     _say(f"distance to argmin Q ({method}): max {np.max(dist):.2e}, median {np.median(dist):.2e}")
 
     # --- the same members on the CPU ----------------------------------------------------------
     sub = np.ix_(np.arange(0, len(shapes), 10), np.arange(0, len(scales), 10))
-    w_dev = res["predictor"].reshape(len(shapes), len(scales), -1)[sub].reshape(-1, d)
+    w_dev = res["w"].reshape(len(shapes), len(scales), -1)[sub].reshape(-1, d)
     _, res_cpu = run_sweep(X, y, shapes[::10], scales[::10], chunk_size=8,
                            devices=jax.devices("cpu"), runs=0)
-    info["vs_host_cpu"] = float(np.max(rel_dist(w_dev, res_cpu["predictor"])))
+    info["vs_host_cpu"] = float(np.max(rel_dist(w_dev, res_cpu["w"])))
     info["cpu_members"] = int(w_dev.shape[0])
     _say(f"device vs this host's CPU ({w_dev.shape[0]} members): max rel. "
          f"{info['vs_host_cpu']:.2e}")
@@ -187,14 +182,8 @@ def profile(small: bool, batch: int | None = None) -> dict:
     c = jnp.exp(0.1 * jax.random.normal(key, (B, X.shape[1])))
     nu = 1e-3 * jax.random.normal(key, (B, n))
 
-    def med(f, *a, reps=20):
-        jax.block_until_ready(f(*a))
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            jax.block_until_ready(f(*a))
-            ts.append(time.perf_counter() - t)
-        return float(np.median(ts))
+    def med(f, *a, reps=20):  # median of `reps` warm calls (time_jax compiles first)
+        return time_jax(lambda: f(*a), runs=reps).run_s
 
     jac = jax.jit(lambda c: jnp.einsum("nd,bd,md->bnm", X, c, X))
     chol = jax.jit(lambda M: jsl.cho_factor(M, lower=True)[0])

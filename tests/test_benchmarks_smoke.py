@@ -267,7 +267,10 @@ def test_gpu_benchmark_small(tmp_path):
     """``benchmarks.gpu --small`` on the device JAX sees (the CPU here; issue 14's GPU rows come
     from the same code on a GPU): every member of the grid converges to within 1e-9 of argmin Q
     (ibflow's minimizer, a second algorithm), the sub-grid run again on the CPU and a CPU
-    reference file both agree, and the table, JSON and figure are written."""
+    reference file both agree, and the table, JSON and figure are written. Here device and host
+    are one CPU, so the agreement checks the plumbing: the sub-grid's members, picked out of the
+    full grid by index, are the ones a separate sweep of the sub-grid (other chunks, other
+    order) computes; on a GPU the same comparison is the cross-device check."""
     from benchmarks import gpu
 
     ref = tmp_path / "cpu_reference.npz"
