@@ -145,8 +145,13 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
 
 def _tail_phase(dynamics, tail, first, *, budget, options, progress):
     """The second phase from where the first stopped: Newton to the equilibrium
-    (`EquilibriumNewton`), or the implicit Runge–Kutta tail with the structured root finder."""
-    run = first.status == Status.converged
+    (`EquilibriumNewton`), or the implicit Runge–Kutta tail with the structured root finder.
+    It runs only where the first phase stopped at its level and above the target: a target at
+    or above the switch level is the first phase's own stop. (A tail started below its stop
+    level sees no crossing of the segment loop's loss event, ``log(L/stop)``, and ran on to
+    ``t_max``: ``Solution.time`` 1e14 and the limit instead of the path at the target.)"""
+    run = (first.status == Status.converged) & (
+        dynamics.loss(first.state) > options.target_loss)
     if isinstance(tail, EquilibriumNewton):
         state, iterations, result = newton_phase(dynamics, first.state,
                                                  stop_at=options.target_loss, budget=budget,

@@ -114,8 +114,9 @@ def _check_model(model, X):
                          f"{type(model).__name__}.")
     if not jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array)):
         raise ValueError("model has no trainable (floating-point array) parameters.")
-    if isinstance(model, AbstractPredictorModel) and model.predictor().shape != X.shape[1:]:
-        raise ValueError(f"the model has input dimension {model.predictor().shape[0]} but X has "
+    predictor = _predictor_shape(model)
+    if predictor is not None and predictor != X.shape[1:]:
+        raise ValueError(f"the model has input dimension {predictor[0]} but X has "
                          f"{X.shape[1]} columns.")
     try:
         shape = _output_shape(model, jax.ShapeDtypeStruct(X.shape[1:], X.dtype))
@@ -126,27 +127,48 @@ def _check_model(model, X):
         raise ValueError(f"model(x) must return a scalar; got shape {shape}.")
 
 
-def _output_shape(model, x):
-    """The shape of ``model(x)``, by ``jax.eval_shape`` (a trace, ~1.5 ms: half of
-    `integrate`'s own overhead on a small problem), memoized on the model's structure and its
-    arrays' shapes and dtypes, which are all the trace depends on."""
+def _memoized_shape(fn, model, *args):
+    """``jax.eval_shape(fn, model, *args).shape`` (a trace, ~1.5 ms: half of `integrate`'s own
+    overhead on a small problem), memoized on `fn`, the model's structure and its arrays'
+    shapes and dtypes, which are all the trace depends on (`args`: shape-dtype structs)."""
     leaves, treedef = jax.tree_util.tree_flatten(model)
-    key = (treedef, x.shape, x.dtype, tuple(
+    key = (fn, treedef, tuple((a.shape, a.dtype) for a in args), tuple(
         (a.shape, a.dtype) if isinstance(a, (jax.Array, np.ndarray, np.generic)) else a
         for a in leaves))
     try:
-        shape = _OUTPUT_SHAPES.get(key)
+        shape = _SHAPES.get(key)
     except TypeError:  # a leaf that is not hashable: no memo
-        return jax.eval_shape(model, x).shape
+        return jax.eval_shape(fn, model, *args).shape
     if shape is None:
-        shape = jax.eval_shape(model, x).shape
-        if len(_OUTPUT_SHAPES) >= 256:
-            _OUTPUT_SHAPES.clear()
-        _OUTPUT_SHAPES[key] = shape
+        shape = jax.eval_shape(fn, model, *args).shape
+        if len(_SHAPES) >= 256:
+            _SHAPES.clear()
+        _SHAPES[key] = shape
     return shape
 
 
-_OUTPUT_SHAPES: dict = {}
+def _output_shape(model, x):
+    """The shape of ``model(x)`` (memoized, `_memoized_shape`)."""
+    return _memoized_shape(_apply, model, x)
+
+
+def _predictor_shape(model):
+    """The shape of ``model.predictor()`` for predictor models (memoized: computing it is an
+    eager operation, ~70 µs), else None."""
+    if not isinstance(model, AbstractPredictorModel):
+        return None
+    return _memoized_shape(_predictor, model)
+
+
+def _apply(model, x):
+    return model(x)
+
+
+def _predictor(model):
+    return model.predictor()
+
+
+_SHAPES: dict = {}
 
 
 def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):

@@ -131,7 +131,8 @@ def test_warped_and_mirror_flows_slide_to_the_same_limit():
     """A positive scalar warp (g = |a|, THEORY §2.4) and the mirror flow of the quadratic
     potential with η = 2 run the gradient flow's path at other speeds: same slides, same limit
     (argmin Q, the independent reference). A switch budget of 2 on the same problem ends
-    `unresolved_switching` after exactly 2 switches (the budget is traced: same program).
+    `unresolved_switching` after exactly 2 switches, and a target above the tail's switch level
+    ends on the path at that target (budget and target are traced: same program).
     (The gradient flow itself slides to argmin Q in `test_theorem4_through_kinks`; each flow
     here compiles its own program, the suite's main cost.)"""
     m, X, y = _sliding_problem()
@@ -152,6 +153,15 @@ def test_warped_and_mirror_flows_slide_to_the_same_limit():
     sol = ibflow.integrate(m, X, y, flow=warped, max_switches=2, throw=False)
     assert sol.status == ibflow.Status.unresolved_switching
     assert int(sol.kinks.switches) == 2
+
+    # A target above the tail's switch level (1e-8·L₀) is the explicit phase's own stop: the
+    # solve ends on the path at that loss (the event aims at half the target), not at the
+    # limit (loss ~1e-30). The tail once ran on from there to the clock's horizon (1e14).
+    target = 1e-4 * 0.5 * float(jnp.mean(y**2))
+    sol = ibflow.integrate(m, X, y, flow=warped, target_loss=target, throw=False)
+    assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
+    assert 0.4 * target <= float(sol.loss) <= target
+    assert float(sol.clock) < 1e3 and float(sol.time) < 1e3
 
 
 def test_bad_switch_budget_is_refused():
