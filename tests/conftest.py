@@ -34,9 +34,10 @@ from ibflow import _cache, _trace_cache  # noqa: E402
 # the pytest workers, removed when that process exits). The same program recurs in several test
 # files (each file ends with `jax.clear_caches()`, below) and on both workers. Nothing outlives
 # the run, so runs stay hermetic. Measured 2026-11-26: 104 cache hits out of ~370 compiled
-# programs long enough to be written; the suite took 562 and 571 s with it, 573-650 s without.
-# Subprocesses that tests start (the CLI, notebooks, benchmarks) keep their own settings. ibflow's trace cache (`ibflow._trace_cache`), which would live in
-# that directory, stays off: tests count traces; its own tests give it temporary folders.
+# programs long enough to be written; the suite took 543-571 s with it, 573-650 s without.
+# Subprocesses that tests start (the CLI, notebooks, benchmarks) keep their own settings.
+# ibflow's trace cache (`ibflow._trace_cache`), which would live in that directory, stays off:
+# tests count traces; its own tests give it temporary folders.
 if "IBFLOW_TEST_RUN_CACHE" not in os.environ:
     os.environ["IBFLOW_TEST_RUN_CACHE"] = tempfile.mkdtemp(prefix="ibflow-test-run-")
     atexit.register(shutil.rmtree, os.environ["IBFLOW_TEST_RUN_CACHE"], ignore_errors=True)
