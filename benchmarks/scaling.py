@@ -12,7 +12,7 @@ import numpy as np
 
 import ibflow
 
-from ._common import SEED, grid, has_gpu, sample, time_jax
+from ._common import SEED, grid, sample, time_jax
 from .ibflow_grid import vmap_grid
 
 
@@ -23,8 +23,9 @@ def _configs(count: int):
 
 
 def run(config_sizes, config_problem, dims, dim_configs: int, n_for_dims: int, *, runs: int):
-    """Returns dict(configs=[...], dims=[...], gpu=bool); one entry per measured size."""
-    out = {"configs": [], "dims": [], "gpu": has_gpu()}
+    """Returns dict(configs=[...], dims=[...]); one entry per measured size (the GPU rows are
+    `benchmarks.gpu`'s)."""
+    out = {"configs": [], "dims": []}
     d, n = config_problem
     data = ibflow.data.sparse_regression(jax.random.key(SEED), n=n, d=d)
     for count in config_sizes:
