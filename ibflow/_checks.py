@@ -126,6 +126,15 @@ def real_scalar(x, name: str, *, positive: bool = False, nonnegative: bool = Fal
     return x
 
 
+def switch_budget(max_switches):
+    """`max_switches` (an integer ≥ 1, or traced) as an array leaf of the solve's options."""
+    if not is_traced(max_switches) and (isinstance(max_switches, bool) or not isinstance(
+            max_switches, int) or max_switches < 1):
+        raise ValueError(f"max_switches must be an integer >= 1; got {max_switches!r}.")
+    return np.asarray(max_switches) if isinstance(max_switches, int) else jnp.asarray(
+        max_switches)
+
+
 def data(X, y):
     """Validate a regression/classification data set: real ``X`` (n, d) and ``y`` (n,), finite,
     non-empty (integer data are converted to float64; complex data are refused)."""

@@ -20,7 +20,7 @@ from jaxtyping import Array, Float, Int
 
 from ._dynamics.base import AbstractDynamics
 from ._kinks.base import AbstractSwitchingDynamics
-from ._kinks.segments import DEFAULT_MAX_SWITCHES, solve_segments
+from ._kinks.segments import DEFAULT_MAX_SWITCHES, observe_saved, solve_segments
 from ._progress import LossProgress
 from ._solution import Solution, Trajectory, observation, with_predictor
 from ._status import Status, status_from_diffrax
@@ -112,7 +112,7 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
             dynamics, solver, state, c0, stop_at=stop_at, rtol=options.rtol, atol=options.atol,
             t_max=t1, max_steps=options.max_steps, budget=budget, dt0=options.dt0,
             adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
-            report=report, save_at=options.save_at, observe=_observe(dynamics), saved=saved,
+            report=report, save_at=options.save_at, saved=saved,
             progress=progress, watch=watch)
         return _Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
                       saved=saved, kinks=(mode, report))
@@ -215,6 +215,8 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
             saved = phase.saved
     if progress is not None:
         progress.close()
+    if saved is not None and phase.kinks is not None:
+        saved = observe_saved(saved, options.save_at, _observe(dynamics))
     model = dynamics.model(phase.state)
     loss = dynamics.data_loss(model)
     trajectory = None

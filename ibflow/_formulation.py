@@ -4,7 +4,7 @@ import abc
 
 import equinox as eqx
 
-from ._dynamics.base import AbstractDynamics
+from ._dynamics.base import AbstractDynamics, AbstractKinkReducible
 from ._dynamics.parameters import ParameterDynamics
 from ._kinks.dynamics import PiecewiseLinearDynamics
 from ._models.base import AbstractReducibleModel
@@ -18,11 +18,24 @@ class AbstractFormulation(eqx.Module):
     def dynamics(self, model, X, y, flow, loss) -> AbstractDynamics: ...
 
 
+def _kinked(model, kinks):
+    return kinks and isinstance(model, AbstractPiecewiseLinearModel) and model.has_kinks()
+
+
 def _parameters(model, X, y, flow, loss, kinks, max_sliding_rows):
-    if kinks and isinstance(model, AbstractPiecewiseLinearModel) and model.has_kinks():
+    if _kinked(model, kinks):
         return PiecewiseLinearDynamics(model, X, y, flow, loss,
                                        max_sliding_rows=min(max_sliding_rows, X.shape[0]))
     return ParameterDynamics(model, X, y, flow, loss)
+
+
+def _reduction(model, X, y, flow, loss, kinks, max_sliding_rows):
+    reduced = (model.reduced_dynamics(X, y, flow, loss)
+               if isinstance(model, AbstractReducibleModel) else None)
+    if reduced is not None and _kinked(model, kinks) and isinstance(reduced,
+                                                                    AbstractKinkReducible):
+        return reduced.through_kinks(min(max_sliding_rows, X.shape[0]))
+    return reduced
 
 
 class ParameterSpace(AbstractFormulation):
@@ -47,11 +60,17 @@ class ParameterSpace(AbstractFormulation):
 
 class Reduction(AbstractFormulation):
     """The model's closed-form reduction (e.g. the diagonal net's n-dim ODE, THEORY §2.3);
-    a ValueError when the model offers none for this flow and loss."""
+    a ValueError when the model offers none for this flow and loss.
+
+    **Fields:** `kinks` (default True) and `max_sliding_rows` as for `ParameterSpace`, for
+    reductions of piecewise-linear models that run through their kinks (the two-layer
+    classifier's span coordinates)."""
+
+    kinks: bool = eqx.field(static=True, default=True)
+    max_sliding_rows: int = eqx.field(static=True, default=32)
 
     def dynamics(self, model, X, y, flow, loss):
-        reduced = (model.reduced_dynamics(X, y, flow, loss)
-                   if isinstance(model, AbstractReducibleModel) else None)
+        reduced = _reduction(model, X, y, flow, loss, self.kinks, self.max_sliding_rows)
         if reduced is None:
             raise ValueError(f"{type(model).__name__} offers no reduction for "
                              f"{type(flow).__name__} on {type(loss).__name__}.")
@@ -66,8 +85,7 @@ class PreferReduction(AbstractFormulation):
     max_sliding_rows: int = eqx.field(static=True, default=32)
 
     def dynamics(self, model, X, y, flow, loss):
-        reduced = (model.reduced_dynamics(X, y, flow, loss)
-                   if isinstance(model, AbstractReducibleModel) else None)
+        reduced = _reduction(model, X, y, flow, loss, self.kinks, self.max_sliding_rows)
         if reduced is None:
             return _parameters(model, X, y, flow, loss, self.kinks, self.max_sliding_rows)
         return reduced

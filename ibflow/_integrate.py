@@ -311,9 +311,6 @@ def integrate(
         raise ValueError(f"adjoint must be a Diffrax adjoint; got {type(adjoint).__name__}.")
     if not isinstance(throw, bool) or not isinstance(progress, bool):
         raise ValueError("throw and progress must be True or False.")
-    if not _checks.is_traced(max_switches) and (isinstance(max_switches, bool) or not isinstance(
-            max_switches, int) or max_switches < 1):
-        raise ValueError(f"max_switches must be an integer >= 1; got {max_switches!r}.")
     # On the host when y is concrete (an eager jnp reduction dispatches: ~0.1 ms).
     loss_scale = (0.5 * jnp.mean(y**2) if _checks.is_traced(y)
                   else np.asarray(0.5 * np.mean(np.asarray(y) ** 2)))
@@ -339,8 +336,7 @@ def integrate(
         dt0=None if dt0 is None else _option(dt0, "dt0", positive=True), save_at=save_at,
         solver=_solver(solver, "solver"), stiff_solver=tail,
         adjoint=adjoint, max_steps=_max_steps(max_steps), throw=throw, progress=progress,
-        max_switches=np.asarray(max_switches) if isinstance(max_switches, int)
-        else jnp.asarray(max_switches), watch_stiffness=watch_stiffness)
+        max_switches=_checks.switch_budget(max_switches), watch_stiffness=watch_stiffness)
     return solve(dynamics, options)
 
 

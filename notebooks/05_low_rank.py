@@ -9,7 +9,9 @@
 #
 # `ibflow.classification_flow` integrates the flow exactly (reduced to
 # $W(t)-W(0)\in\operatorname{span}\{x_i\}$) in the log-loss clock $s=-\log L$, so reaching loss
-# $10^{-8}$ costs about as much as reaching $10^{-2}$.
+# $10^{-8}$ costs about as much as reaching $10^{-2}$. It runs through the activation's kinks:
+# every crossing of a pre-activation through 0 is located, and pairs that the field pushes into
+# the kink from both sides *slide* on it (Filippov, THEORY §8.2; `Solution.kinks` counts them).
 #
 # With `IBFLOW_SMALL=1` in the environment everything is tiny (the test suite executes it that
 # way). Randomness comes from explicit JAX keys only.
@@ -58,10 +60,12 @@ def sweep(slope):
 
 
 runs = {"leaky ReLU (γ=0.1)": sweep(0.1)}
-if not SMALL:  # ReLU pre-activations slide along the kink: many more solver steps
+if not SMALL:  # ReLU: hundreds of pairs reach the kink and slide (more switching events)
     runs["ReLU"] = sweep(0.0)
 for name, (sols, diag) in runs.items():
     print(name, "converged:", np.asarray(sols.converged), " final loss:", np.asarray(sols.loss))
+    print("   switches:", np.asarray(sols.kinks.switches), " sliding pairs at the end:",
+          np.asarray(jnp.sum(sols.kinks.sliding, axis=(1, 2))))
     print(
         "   final stable rank:",
         np.round(np.asarray(diag.stable_rank[:, -1]), 3),
@@ -84,11 +88,10 @@ fig.tight_layout()
 
 # %% [markdown]
 # ## Convergence to a KKT point
-# `kkt_residual` is the distance of $\theta/\|\theta\|$ to the cone of the margin gradients
-# $\{\sum_i\lambda_i y_i\nabla f(x_i)\,:\,\lambda\ge0\}$ (scipy NNLS); it decreases along the flow,
-# slowly — directional convergence is logarithmic in t. Isolated spikes occur at save points where a
-# pre-activation sits on the kink (a sliding mode): the residual uses $\phi'(0)=1$, not the whole
-# Clarke subdifferential $[\gamma,1]$.
+# `kkt_residual` is the distance of $\theta/\|\theta\|$ to the cone of the margin subgradients
+# $\{\sum_i\lambda_i y_i g_i\,:\,\lambda\ge0\}$, where a pair on the kink (a sliding pre-activation,
+# held at exactly 0 by the flow) may take any $\phi'(0)\in[\gamma,1]$ (the Clarke subdifferential);
+# it decreases along the flow, slowly — directional convergence is logarithmic in t.
 
 # %%
 sols, diag = runs["leaky ReLU (γ=0.1)"]

@@ -69,49 +69,104 @@ def trajectory_diagnostics(trajectory: Trajectory, X: Float[ArrayLike, "n d"],
 class KKTResidual(eqx.Module):
     """How far a model's direction is from a KKT point of ``min ½‖θ‖² s.t. yᵢ f(xᵢ; θ) ≥ 1``.
 
-    With ``θ̂ = θ/‖θ‖`` and ``A = [yᵢ ∇_θ f(xᵢ; θ̂)]ᵢ`` (one column per example; ``φ'(0) = 1``):
+    With ``θ̂ = θ/‖θ‖``, a KKT direction is ``θ̂ = Σᵢ λᵢ yᵢ gᵢ`` with ``λ ≥ 0`` and ``gᵢ`` a Clarke
+    subgradient of ``f(xᵢ; ·)`` at θ̂ (THEORY §4.1): ``φ'(zⱼᵢ)`` is 1 or γ off the kink, and any
+    value in ``[γ, 1]`` for a pair on it (``|zⱼᵢ|`` at most `KINK_TOLERANCE` of the largest
+    ``|z|``). So a pair (j, i) on the kink contributes ``μⱼᵢ aⱼ yᵢ ∂zⱼᵢ/∂θ`` with
+    ``γλᵢ ≤ μⱼᵢ ≤ λᵢ``. (An exact flow holds sliding pairs at ``z = 0``, THEORY §8.2; with
+    ``φ'(0) = 1`` there the residual of a converging direction stalls: 0.13 instead of 0.015
+    on the leaky classifier of tests/test_classification.py.)
 
-    - `stationarity` = ``min_{λ ≥ 0} ‖θ̂ − Aλ‖₂`` — the distance of the unit direction to the cone of
-      the margin gradients, i.e. the relative stationarity residual ``ε/‖θ̃‖`` of Lyu & Li's
-      (ε, δ)-KKT point. Scale invariant; 0 at (the direction of) a KKT point.
+    - `stationarity` = ``min ‖θ̂ − Σᵢ λᵢ yᵢ gᵢ‖₂`` over those λ and μ — the distance of the unit
+      direction to the cone of the margin subgradients, i.e. the relative stationarity
+      residual ``ε/‖θ̃‖`` of Lyu & Li's (ε, δ)-KKT point. Scale invariant; 0 at (the direction
+      of) a KKT point. Without pairs on the kink it is a nonnegative least squares (scipy's
+      `nnls`); with them a convex quadratic program (scipy's SLSQP, from the `nnls` solution
+      with ``μ = γλ``).
     - `complementarity` = ``Σᵢ λ̃ᵢ (qᵢ/q_min − 1)`` at the rescaled point
       ``θ̃ = θ̂ q_min^{−1/L}`` (whose
       smallest margin is 1), with the λ that attains `stationarity` mapped to that scale
       (``λ̃ = λ q_min^{(L−2)/L}``): Lyu & Li's δ. Inf when some margin is ≤ 0.
     - `multipliers` (n,): ``λ̃``. `min_margin`: ``q_min = minᵢ yᵢ f(xᵢ; θ̂)``.
+    - `kink_pairs`: the number of (neuron, example) pairs on the kink.
     """
 
     stationarity: float
     complementarity: float
     multipliers: np.ndarray
     min_margin: float
+    kink_pairs: int = 0
+
+
+#: A pre-activation at most this fraction of the largest |z| is on the kink (`KKTResidual`).
+KINK_TOLERANCE = 1e-9
 
 
 @eqx.filter_jit
 def _margin_gradients(model, X, y):
+    """θ̂, the margin gradients with ``φ' = γ`` on kink pairs (p × n), the extra columns
+    ``(1 − γ) aⱼ yᵢ ∂zⱼᵢ/∂θ`` of every pair (p × n·m, the kink pairs are picked on the host),
+    the kink mask (n, m) and the normalized margins."""
     norm = model.parameter_norm()
-    grads = eqx.filter_vmap(eqx.filter_grad(lambda mdl, x: mdl(x)), in_axes=(None, 0))(model, X)
-    columns = jnp.concatenate(
-        [g.reshape(X.shape[0], -1) for g in grads.trained().values()], axis=1)
-    theta = jnp.concatenate([v.ravel() for v in model.trained().values()])
+    z = jax.vmap(model.preactivations)(X)  # (n, m)
+    kink = jnp.abs(z) <= KINK_TOLERANCE * jnp.max(jnp.abs(z))
+    lo, hi = model.slope_bounds()
+    slopes = jnp.where(kink, lo, jnp.where(z > 0, hi, lo))
+
+    def flat(tree):
+        return jnp.concatenate([v.ravel() for v in tree.trained().values()])
+
+    def gradient(x, s):  # ∇_θ of Σⱼ aⱼ sⱼ zⱼ(x): the output's gradient with slopes s
+        return flat(eqx.filter_grad(lambda mdl: mdl.output_with_slopes(x, s))(model))
+
+    columns = jax.vmap(gradient)(X, slopes)  # (n, p)
+    unit = (hi - lo) * jnp.eye(z.shape[1], dtype=z.dtype)
+    extra = jax.vmap(lambda x: jax.vmap(lambda e: gradient(x, e))(unit))(X)  # (n, m, p)
+    theta = flat(model)
     L = model.homogeneity
     # ∇f is (L−1)-homogeneous: ∇f(θ̂) = ∇f(θ)/‖θ‖^{L−1}.
-    A = (y[:, None] * columns / norm ** (L - 1)).T
+    scale = y / norm ** (L - 1)
+    A = (scale[:, None] * columns).T
+    B = (scale[:, None, None] * extra).reshape(-1, theta.shape[0]).T
     q = y * jax.vmap(model)(X) / norm**L
-    return theta / norm, A, q
+    return theta / norm, A, B, kink, q
+
+
+def _stationarity(theta, A, B, owner):
+    """``min ‖θ − Aλ − Bν‖`` over ``λ ≥ 0``, ``0 ≤ νₖ ≤ λ_{owner(k)}``: (residual, λ)."""
+    lam, res = scipy.optimize.nnls(A, theta)
+    if B.shape[1] == 0:
+        return res, lam
+    n, k = A.shape[1], B.shape[1]
+    M = np.concatenate([A, B], axis=1)
+    G = np.concatenate([np.eye(n + k), np.concatenate(
+        [np.eye(n)[owner], -np.eye(k)], axis=1)])  # x ≥ 0 and λ_owner − ν ≥ 0
+
+    def objective(x):
+        r = M @ x - theta
+        return 0.5 * r @ r, M.T @ r
+
+    out = scipy.optimize.minimize(
+        objective, np.concatenate([lam, np.zeros(k)]), jac=True, method="SLSQP",
+        constraints=[{"type": "ineq", "fun": lambda x: G @ x, "jac": lambda x: G}],
+        options={"ftol": 1e-16, "maxiter": 1000})
+    x = np.maximum(out.x, 0.0)
+    return min(float(np.linalg.norm(M @ x - theta)), res), x[:n]
 
 
 def kkt_residual(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
                  y: Float[ArrayLike, " n"]) -> KKTResidual:
-    """`KKTResidual` of one (unbatched) model; the nonnegative least squares is scipy's
-    Lawson–Hanson `nnls` on the host (not jit-able). Cost: one (p × n) NNLS, p = #parameters."""
+    """`KKTResidual` of one (unbatched) model, on the host (scipy; not jit-able). Cost: one
+    (p × n) nonnegative least squares, p = #parameters, and with pairs on the kink one quadratic
+    program in n + #pairs variables."""
     if model.first.ndim != 2:
         raise ValueError("kkt_residual takes one model; loop over a trajectory's points "
                          "(see kkt_residuals).")
     X, y = _checks.data(X, y)
-    theta, A, q = (np.asarray(v) for v in _margin_gradients(model, jnp.asarray(X),
-                                                            jnp.asarray(y)))
-    lam, res = scipy.optimize.nnls(A, theta)
+    theta, A, B, kink, q = (np.asarray(v) for v in _margin_gradients(
+        model, jnp.asarray(X), jnp.asarray(y)))
+    pairs = np.flatnonzero(kink.ravel())  # index i·m + j
+    res, lam = _stationarity(theta, A, B[:, pairs], pairs // kink.shape[1])
     qmin = float(q.min())
     L = model.homogeneity
     if qmin > 0:
@@ -120,7 +175,7 @@ def kkt_residual(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
     else:
         lam_t, comp = lam, float("inf")
     return KKTResidual(stationarity=float(res), complementarity=comp, multipliers=lam_t,
-                       min_margin=qmin)
+                       min_margin=qmin, kink_pairs=int(pairs.size))
 
 
 def kkt_residuals(trajectory: Trajectory, X: Float[ArrayLike, "n d"],

@@ -2,15 +2,18 @@
 efficient while ``‖θ‖ → ∞`` (THEORY §4.0–4.1, §2.2 [AZ-WARP]).
 
 The flow is ordinary `ibflow.integrate` in the classifier's span coordinates
-(`ClassifierReducedDynamics`, exact). The clock is a flow: `LossClock(GradientFlow())`
-(default, clock ``c = log L(0) − log L``), `WarpedFlow(GradientFlow(), lambda m, L: 1 / L)`
-(``dθ/dτ = −∇ log L``) or `GradientFlow()` (real time, to compare with gradient descent at
-``t = kη``). Plain gradient flow needs real time ``t ~ 1/L`` to reach loss L; in the log-loss
-clock the velocity stays O(1) and reaching 1e-30 costs steps ∝ log(1e30).
+(`ClassifierReducedDynamics`, exact), through the activation's kinks by default
+(`ClassifierKinkedDynamics`: located switches and Filippov sliding, THEORY §8.2). The clock
+is a flow: `LossClock(GradientFlow())` (default, clock ``c = log L(0) − log L``),
+`WarpedFlow(GradientFlow(), lambda m, L: 1 / L)` (``dθ/dτ = −∇ log L``) or `GradientFlow()`
+(real time, to compare with gradient descent at ``t = kη``). Plain gradient flow needs real
+time ``t ~ 1/L`` to reach loss L; in the log-loss clock the velocity stays O(1) and reaching
+1e-30 costs steps ∝ log(1e30).
 """
 
 import diffrax as dfx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from .. import _checks
@@ -20,6 +23,7 @@ from .._flows.gradient import GradientFlow
 from .._flows.loss_clock import LossClock
 from .._flows.warped import WarpedFlow
 from .._formulation import Reduction
+from .._kinks.segments import DEFAULT_MAX_SWITCHES
 from .._losses import AbstractLoss, LogisticLoss
 from .._models.classifier import TwoLayerClassifier
 from .._solution import Solution
@@ -42,6 +46,7 @@ def classification_flow(
     rtol: Float[ArrayLike, ""] = 1e-6, atol: Float[ArrayLike, ""] = 1e-8,
     solver: dfx.AbstractAdaptiveSolver = dfx.Tsit5(), max_steps: int = 100_000,
     clock_max: Float[ArrayLike, ""] = 1e12, throw: bool = True,
+    max_switches: int = DEFAULT_MAX_SWITCHES, kinks: bool = True,
 ) -> Solution:
     """Gradient flow of a two-layer classifier until ``L ≤ target_loss`` (THEORY §4), through
     the one engine, returning the one `Solution` type (with a `Trajectory` of models).
@@ -58,9 +63,20 @@ def classification_flow(
     - `rtol`, `atol`, `solver`, `max_steps`: the ODE solve; `clock_max` bounds the clock for
       clocks other than the log-loss one.
     - `throw`: raise unless the target was reached.
+    - `kinks`: integrate through the activation's kinks (default): every crossing of a
+      pre-activation through 0 is located as an event, and pairs that the field pushes into
+      the kink from both sides slide on it (Filippov, THEORY §8.2; `Solution.kinks` reports
+      them). False integrates the field as if it were smooth, where the adaptive solver
+      chatters on a slide.
+    - `max_switches` ≥ 1: the budget of activation switching events (crossings, slide entries
+      and exits) through the kinks; more ends with `Status.unresolved_switching`.
 
-    The ReLU/leaky-ReLU field jumps where a pre-activation changes sign; the adaptive controller
-    shrinks its step there (moderate default rtol 1e-6).
+    The ReLU/leaky-ReLU field jumps where a pre-activation changes sign. Through the kinks (the
+    default) each such switch is an event and the solver restarts there, so it never steps
+    across a jump; with ``kinks=False`` the adaptive controller shrinks its step at each jump
+    (moderate default rtol 1e-6) and chatters on slides. Under ``vmap`` the kinked solve runs
+    its segments in lockstep (every member waits for the others' events): loop over members
+    with one ``equinox.filter_jit``-compiled call for many kinked flows.
     """
     if not isinstance(model, TwoLayerClassifier):
         raise ValueError(f"model must be a TwoLayerClassifier; got {type(model).__name__}.")
@@ -77,10 +93,12 @@ def classification_flow(
     if model.first.shape[-1] != X.shape[1]:
         raise ValueError(f"the model has input dimension {model.first.shape[-1]} but X has "
                          f"{X.shape[1]} columns.")
-    if not _checks.is_traced(y) and not bool(jnp.all(jnp.abs(y) == 1)):
+    if not _checks.is_traced(y) and not bool(np.all(np.abs(np.asarray(y)) == 1)):
         raise ValueError("classification labels y must be -1 or +1.")
     target_loss = _checks.positive(_checks.as_array(target_loss, float), "target_loss")
-    dynamics = Reduction().dynamics(model, X, y, flow, loss)
+    if not isinstance(kinks, bool):
+        raise ValueError(f"kinks must be True or False; got {kinks!r}.")
+    dynamics = Reduction(kinks=kinks).dynamics(model, X, y, flow, loss)
     if isinstance(flow, LossClock):
         end = jnp.log(dynamics.loss(dynamics.initial_state()) / target_loss)
         # The event ends the solve; the margin guards the drift of c against log(L0/L), which
@@ -101,5 +119,5 @@ def classification_flow(
         stiff_switch=jnp.asarray(1.0), loss_scale=jnp.asarray(1.0), t_max=t_max, dt0=None,
         save_at=save_at, solver=solver, stiff_solver=None,
         adjoint=dfx.RecursiveCheckpointAdjoint(), max_steps=int(max_steps), throw=throw,
-        progress=False)
+        progress=False, max_switches=_checks.switch_budget(max_switches))
     return solve(dynamics, options)

@@ -63,3 +63,13 @@ class AbstractConvexGradientDynamics(AbstractDynamics):
         trial point; a dynamics whose two share their expensive part (the diagonal net's
         residual ``Xw(ν) − y``) overrides this to compute it once."""
         return self.loss(state), self.vector_field(jnp.zeros(()), state, None)
+
+
+class AbstractKinkReducible(AbstractDynamics):
+    """A capability: the reduction of a piecewise-linear model that can also run through its
+    kinks (event-located switches and Filippov sliding, THEORY §8.2). Example: the two-layer
+    classifier's span coordinates."""
+
+    @abc.abstractmethod
+    def through_kinks(self, max_sliding_rows: int) -> AbstractDynamics:
+        """The same reduction as a switching dynamics (`ibflow._kinks.AbstractKinkedDynamics`)."""

@@ -17,10 +17,10 @@ from jaxtyping import Array, Float
 from .._flows.base import AbstractFlow
 from .._losses import AbstractLoss
 from .._models.activation import leaky_relu
-from .base import AbstractDynamics
+from .base import AbstractDynamics, AbstractKinkReducible
 
 
-class ClassifierReducedDynamics(AbstractDynamics):
+class ClassifierReducedDynamics(AbstractKinkReducible):
     """The reduced ODE above; state ``{"c", ["a"], ["b"], ["t"]}``. Offered by
     `TwoLayerClassifier.reduced_dynamics` for flows without a preconditioner (gradient flow and
     its time warps, e.g. `LossClock(GradientFlow())`)."""
@@ -59,9 +59,12 @@ class ClassifierReducedDynamics(AbstractDynamics):
         pre = self.pre0 + (c @ self.gram if self.reduced else c @ self.X.T)
         return pre if b is None else pre + b[:, None]
 
-    def _loss_of_pre(self, pre, a):
-        outputs = a @ leaky_relu(pre, jax.lax.stop_gradient(self.initial.slope))
-        return self.loss_fn(outputs, self.y)
+    def _loss_of_pre(self, pre, a, slopes=None):
+        act = leaky_relu(pre, jax.lax.stop_gradient(self.initial.slope))
+        if slopes is not None:  # (n, m): the value stays σ(pre), its derivative the slopes
+            linear = slopes.T * pre
+            act = jax.lax.stop_gradient(act) + linear - jax.lax.stop_gradient(linear)
+        return self.loss_fn(a @ act, self.y)
 
     def data_loss(self, model):
         return self.loss_fn(jax.vmap(model)(self.X), self.y)
@@ -80,27 +83,48 @@ class ClassifierReducedDynamics(AbstractDynamics):
     def time(self, c, state):
         return state["t"] if self.flow.time_warped else c
 
-    def vector_field(self, clock, state, args):
+    def _field(self, state, slopes, speed=None):
+        """The field, or with ``speed=1.0`` its direction (the real time's rate then 0);
+        `slopes` (n, m) replace the activation's derivative (None: its own)."""
         c, a, b = self._trained(state)
         value, (d_pre, d_a) = jax.value_and_grad(self._loss_of_pre, argnums=(0, 1))(
-            self._pre(c, b), a)
-        # The gradient in parameter space (∇_W L = D X, ∇_b L = D 1), for the flow's speed.
-        model = self.model(state)
-        grad = jax.tree_util.tree_map(jnp.zeros_like, eqx.filter(model, eqx.is_inexact_array))
-        grad = eqx.tree_at(lambda g: g.first, grad, d_pre @ self.X)
-        if "a" in state:
-            grad = eqx.tree_at(lambda g: g.second, grad, d_a)
-        if "b" in state:
-            grad = eqx.tree_at(lambda g: g.bias, grad, jnp.sum(d_pre, axis=1))
-        speed = self.flow.speed(model, self.initial, grad, value)
-        out = {"c": -speed * (d_pre if self.reduced else grad.first)}
+            self._pre(c, b), a, slopes)
+        grad_first = d_pre @ self.X if speed is None or not self.reduced else None
+        if speed is None:  # the flow's speed needs the gradient in parameter space
+            model = self.model(state)
+            # ∇_W L = D X, ∇_b L = D 1
+            grad = jax.tree_util.tree_map(jnp.zeros_like, eqx.filter(model, eqx.is_inexact_array))
+            grad = eqx.tree_at(lambda g: g.first, grad, grad_first)
+            if "a" in state:
+                grad = eqx.tree_at(lambda g: g.second, grad, d_a)
+            if "b" in state:
+                grad = eqx.tree_at(lambda g: g.bias, grad, jnp.sum(d_pre, axis=1))
+            speed = time_rate = self.flow.speed(model, self.initial, grad, value)
+        else:
+            time_rate = jnp.zeros((), self.X.dtype)
+        out = {"c": -speed * (d_pre if self.reduced else grad_first)}
         if "a" in state:
             out["a"] = -speed * d_a
         if "b" in state:
-            out["b"] = -speed * grad.bias
+            out["b"] = -speed * jnp.sum(d_pre, axis=1)
         if self.flow.time_warped:
-            out["t"] = speed
+            out["t"] = time_rate
         return out
+
+    def vector_field(self, clock, state, args):
+        # ``args``: None, or the kink slopes (n, m) of `ibflow._kinks.ClassifierKinkedDynamics`.
+        return self._field(state, args)
+
+    def unit_speed_field(self, state, slopes):
+        """The field's direction at unit clock speed with the given kink slopes."""
+        return self._field(state, slopes, speed=1.0)
 
     def linearization(self, c, state, args):
         return None
+
+    def through_kinks(self, max_sliding_rows: int) -> AbstractDynamics:
+        """The same reduction integrated through its kinks (`ClassifierKinkedDynamics`)."""
+        from .._kinks.classifier import ClassifierKinkedDynamics
+
+        return ClassifierKinkedDynamics(self.initial, self.X, self.y, self.flow, self.loss_fn,
+                                        max_sliding_rows=max_sliding_rows)

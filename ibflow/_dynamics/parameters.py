@@ -67,18 +67,29 @@ class ParameterDynamics(AbstractDynamics):
         return eqx.filter_value_and_grad(
             lambda m: self.loss_fn(self.outputs(m, args), self.y))(model)
 
-    def vector_field(self, c, state, args):
-        model = self.model(state)
-        value, grad = self._value_and_grad(model, args)
-        speed, pre = self._speed_and_preconditioner(model, grad, value)
+    def _field(self, model, grad, speed, time_rate):
+        pre = self.flow.preconditioner(model, self.initial)
         if pre is None:
             velocity = jax.tree_util.tree_map(lambda g: -speed * g, grad)
         else:
             velocity = jax.tree_util.tree_map(lambda g, p: -speed * p * g, grad, pre)
         out = {"theta": velocity}
         if self.flow.time_warped:
-            out["t"] = speed
+            out["t"] = time_rate
         return out
+
+    def vector_field(self, c, state, args):
+        model = self.model(state)
+        value, grad = self._value_and_grad(model, args)
+        speed = self.flow.speed(model, self.initial, grad, value)
+        return self._field(model, grad, speed, speed)
+
+    def unit_speed_field(self, state, args):
+        """The field at unit clock speed, ``−P⊙∇L`` (the real time's rate 0): its direction,
+        which the flow's scalar speed only rescales."""
+        model = self.model(state)
+        _, grad = self._value_and_grad(model, args)
+        return self._field(model, grad, 1.0, jnp.zeros((), self.X.dtype))
 
     def linearization(self, c, state, args):
         model = self.model(state)

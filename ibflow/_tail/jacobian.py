@@ -16,7 +16,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jaxtyping import Array, Float, PyTree
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, Bool, Float, PyTree
 
 
 class AbstractShiftedInverse(eqx.Module):
@@ -38,18 +39,28 @@ class _LUInverse(AbstractShiftedInverse):
     lu: tuple[Float[Array, "k k"], Array]
 
     def __call__(self, v):
-        return jsl.lu_solve(self.lu, v)
+        flat, unravel = ravel_pytree(v)
+        return unravel(jsl.lu_solve(self.lu, flat))
 
 
 class DenseJacobian(AbstractTailJacobian):
-    """``F'`` as a dense matrix, for a 1-d state of small size k (e.g. the diagonal net's reduced
-    n-dim ODE, whose Jacobian is known in closed form)."""
+    """``F'`` as a dense matrix over the state's k entries (a PyTree of float arrays, raveled
+    in `jax.flatten_util.ravel_pytree`'s order), for small k: the diagonal net's reduced n-dim
+    ODE, whose Jacobian is known in closed form, or a small model's exact Jacobian
+    (`DenseJacobian.of`)."""
 
     matrix: Float[Array, "k k"]
 
     def factor(self, c):
         k = self.matrix.shape[0]
         return _LUInverse(jsl.lu_factor(jnp.eye(k, dtype=self.matrix.dtype) - c * self.matrix))
+
+    @classmethod
+    def of(cls, field, state) -> "DenseJacobian":
+        """The exact Jacobian of ``field: state -> velocity`` (same PyTree structure) at
+        `state`: k forward-mode products, one per state entry, so for small states only."""
+        flat, unravel = ravel_pytree(state)
+        return cls(jax.jacfwd(lambda x: ravel_pytree(field(unravel(x)))[0])(flat))
 
 
 def _leaves(tree):
@@ -89,3 +100,41 @@ class LowRankJacobian(AbstractTailJacobian):
         gram = sum(vl.reshape(n, -1) @ ul.reshape(n, -1).T for ul, vl in zip(us, vs))
         lu = jsl.lu_factor(jnp.eye(n, dtype=gram.dtype) + c * gram)
         return _WoodburyInverse(self, c, lu)
+
+
+class _GatedInverse(AbstractShiftedInverse):
+    exact: Bool[Array, ""]
+    dense: _LUInverse
+    low_rank: _WoodburyInverse
+
+    def __call__(self, v):
+        return jax.lax.cond(self.exact, lambda: self.dense(v), lambda: self.low_rank(v))
+
+
+class GatedJacobian(AbstractTailJacobian):
+    """The exact dense Jacobian of a small state where `exact` is true, else its low-rank
+    Gauss–Newton form; one structure (a static type for the chord) whose work is chosen at run
+    time. `exact` is reduced over any vmapped batch (`equinox.internal.unvmap_any`) by its
+    maker, so that a ``lax.cond`` picks one branch instead of a select running both; the
+    exact form serves every member correctly. Where `exact` is false, `dense` holds zeros and
+    is never factorized."""
+
+    exact: Bool[Array, ""]
+    dense: DenseJacobian
+    low_rank: LowRankJacobian
+
+    def factor(self, c):
+        k = self.dense.matrix.shape[0]
+        n = _leaves(self.low_rank.U)[0].shape[0]
+        dtype = self.dense.matrix.dtype
+
+        def dense():
+            placeholder = (jnp.zeros((n, n), dtype), jnp.zeros(n, jnp.int32))
+            return self.dense.factor(c), _WoodburyInverse(self.low_rank, c, placeholder)
+
+        def low_rank():
+            placeholder = (jnp.zeros((k, k), dtype), jnp.zeros(k, jnp.int32))
+            return _LUInverse(placeholder), self.low_rank.factor(c)
+
+        dense_inverse, low_rank_inverse = jax.lax.cond(self.exact, dense, low_rank)
+        return _GatedInverse(self.exact, dense_inverse, low_rank_inverse)
