@@ -28,6 +28,3 @@ class ClassifierKinkedDynamics(AbstractKinkedDynamics, ClassifierReducedDynamics
     def preactivations(self, state) -> Float[Array, "n m"]:
         c, _, b = self._trained(state)
         return self._pre(c, b).T
-
-    def direction(self, state, slopes):
-        return self.unit_speed_field(state, slopes)

@@ -45,6 +45,3 @@ class PiecewiseLinearDynamics(AbstractKinkedDynamics, ParameterDynamics):
 
     def preactivations(self, state) -> Float[Array, "n m"]:
         return jax.vmap(self.model(state).preactivations)(self.X)
-
-    def direction(self, state, slopes):
-        return self.unit_speed_field(state, slopes)

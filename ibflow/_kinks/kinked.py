@@ -11,7 +11,7 @@ import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, PyTree
+from jaxtyping import Array, Bool, Float
 
 from .._tail.jacobian import DenseJacobian, GatedJacobian
 from .base import AbstractSwitchingDynamics
@@ -45,16 +45,16 @@ def _traced_once(dynamics, state, positive, sliding):
     return dynamics._solve_slopes(state, positive, sliding)
 
 
-
 class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     """A flow of a piecewise-linear model with the slopes ``σ'`` of every (example, neuron) pair
     fixed by the mode: ``hi``/``lo`` by side, and on sliding pairs the equivalent-control
     multipliers ``λ ∈ [lo, hi]`` that keep ``z = 0`` (THEORY §8.2).
 
     Put it before a smooth dynamics in the bases: `vector_field` and `linearization` call the
-    smooth one's (``super()``) with the mode's slopes, shape (n, m), as ``args``. The concrete
-    class says what the pre-activations are and gives the field's *direction* (its velocity at
-    unit clock speed). The multipliers solve ``ż = 0`` on the direction, not on the field:
+    smooth one's (``super()``) with the mode's slopes, shape (n, m), as ``args``, and the smooth
+    one's ``unit_speed_field(state, slopes)`` gives the field's *direction* (its velocity at
+    unit clock speed). The concrete class says what the pre-activations are. The multipliers
+    solve ``ż = 0`` on the direction, not on the field:
     a flow's scalar speed (a time warp, the log-loss clock's ``L/‖∇L‖²``) is positive, so it
     does not move the sliding set, but it may depend on the slopes through the gradient, which
     would make the field, unlike its direction, not affine in them.
@@ -71,10 +71,6 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     @abc.abstractmethod
     def preactivations(self, state) -> Float[Array, "n m"]:
         """``z`` of every (example, neuron) pair at `state`."""
-
-    @abc.abstractmethod
-    def direction(self, state, slopes: Float[Array, "n m"]) -> PyTree[Array]:
-        """The state's velocity at unit clock speed with the given slopes (state-shaped)."""
 
     def vector_field(self, c, state, args: Mode):
         return super().vector_field(c, state, self._mode_slopes(state, args))
@@ -128,7 +124,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         return jnp.where(hi > lo, hi - lo, 1.0)
 
     def _zdot(self, state, slopes):
-        return jax.jvp(self.preactivations, (state,), (self.direction(state, slopes),))[1]
+        return jax.jvp(self.preactivations, (state,), (self.unit_speed_field(state, slopes),))[1]
 
     def slopes(self, state, positive: Bool[Array, "n m"], sliding: Bool[Array, "n m"]
                ) -> tuple[Float[Array, "n m"], Bool[Array, ""], Float[Array, "n m"]]:
