@@ -47,8 +47,9 @@ class ParameterSpace(AbstractFormulation):
       follow Filippov sliding modes exactly (THEORY §8.2, `Solution.kinks` reports them).
       False integrates the model as if it were smooth (autodiff's one-sided slope at 0), where
       an adaptive solver chatters on a sliding mode until its budget or stall test stops it.
-    - `max_sliding_rows` (default 32): most examples sliding at once; more ends the solve
-      with `Status.degenerate_sliding`.
+    - `max_sliding_rows` (default 32): most examples sliding at once on one neuron (each
+      neuron's multiplier system has at most this many rows); more ends the solve with
+      `Status.degenerate_sliding`.
     """
 
     kinks: bool = eqx.field(static=True, default=True)

@@ -272,3 +272,47 @@ def test_slope_one_classifier_crosses_without_sliding(getkey):
     assert int(kinked.kinks.switches) >= 1 and int(kinked.kinks.slides) == 0
     np.testing.assert_allclose(kinked.trajectory.models.first, smooth.trajectory.models.first,
                                rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("bias, slope", [(False, 0.0), (True, 0.3)])
+def test_equivalent_control_closed_form_matches_autodiff_and_holds_the_kink(getkey, bias, slope):
+    """The classifier's closed-form multiplier matrices (``−aⱼ (G + β)[I, I] diag(r[I])``)
+    against the generic autodiff linearization of the field, on each neuron's own sliding
+    examples; and the slopes they give keep ``ż = 0`` on every sliding pair, with the system
+    size chosen by the largest sliding set (1, 4, ... rows) or padded to the full bound."""
+    from ibflow._kinks.equivalent_control import equivalent_control
+    from ibflow._kinks.kinked import AbstractKinkedDynamics
+
+    X = jax.random.normal(getkey(), (12, 20)) / np.sqrt(20)
+    y = jnp.where(jnp.arange(12) % 2 == 0, 1.0, -1.0)
+    model = ibflow.TwoLayerClassifier.init(dim=20, width=6, init_std=0.3, slope=slope,
+                                           bias=bias, key=getkey())
+    dyn = ibflow.Reduction().dynamics(model, X, y, ibflow.LossClock(ibflow.GradientFlow()),
+                                      ibflow.LogisticLoss())
+    state = dyn.initial_state()
+    state["c"] = 0.05 * jax.random.normal(getkey(), state["c"].shape)
+    # Neuron j ≥ 1 slides on examples j, j + 3, j + 6 (3 rows: the 4-row system); neuron 0 not.
+    examples, neurons = np.arange(12)[:, None], np.arange(6)[None, :]
+    offset = examples - neurons
+    sliding = jnp.asarray((neurons >= 1) & (offset % 3 == 0) & (offset >= 0) & (offset < 7))
+    positive = jax.random.bernoulli(getkey(), 0.5, (12, 6))
+    base = jnp.where(sliding, 0.5 * (slope + 1.0), jnp.where(positive, 1.0, slope))
+    index = jnp.argsort(~sliding, axis=0, stable=True)[:5].T
+    mask = jnp.arange(5)[None, :] < jnp.sum(sliding, axis=0)[:, None]
+    zdot, matrix = dyn.slope_response(state, base, index, mask)
+    zdot_ad, matrix_ad = AbstractKinkedDynamics.slope_response(dyn, state, base, index, mask)
+    pairs = mask[:, :, None] & mask[:, None, :]  # autodiff builds columns of sliding pairs only
+    np.testing.assert_allclose(zdot, zdot_ad, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jnp.where(pairs, matrix, 0.0), jnp.where(pairs, matrix_ad, 0.0),
+                               rtol=1e-12, atol=1e-14)
+    slopes, ok, _ = dyn.slopes(state, positive, sliding)
+    padded, ok_padded, _ = equivalent_control(
+        lambda i, m: dyn.slope_response(state, base, i, m), base, sliding,
+        jnp.asarray(1.0 - slope), 12)
+    assert bool(ok) and bool(ok_padded)
+    np.testing.assert_array_equal(jnp.sum(sliding, axis=0), [0, 3, 3, 3, 3, 3])
+    residual = dyn._zdot(state, slopes)
+    assert float(jnp.max(jnp.abs(jnp.where(sliding, residual, 0.0)))) <= 1e-12 * float(
+        jnp.max(jnp.abs(residual)))
+    np.testing.assert_allclose(slopes, padded, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(jnp.where(sliding, 0.0, slopes), jnp.where(sliding, 0.0, base))

@@ -61,9 +61,11 @@ class ClassifierReducedDynamics(AbstractKinkReducible):
 
     def _loss_of_pre(self, pre, a, slopes=None):
         act = leaky_relu(pre, jax.lax.stop_gradient(self.initial.slope))
-        if slopes is not None:  # (n, m): the value stays σ(pre), its derivative the slopes
-            linear = slopes.T * pre
-            act = jax.lax.stop_gradient(act) + linear - jax.lax.stop_gradient(linear)
+        if slopes is not None:
+            # (n, m): the value stays σ(pre) and its derivative in pre is the slopes; its
+            # derivative in the slopes is 0, so the equivalent control's ż is exactly affine in
+            # them (``slopes·pre − sg(slopes·pre)`` had ``pre`` there, which is not 0 off the kink).
+            act = jax.lax.stop_gradient(act) + slopes.T * (pre - jax.lax.stop_gradient(pre))
         return self.loss_fn(a @ act, self.y)
 
     def data_loss(self, model):

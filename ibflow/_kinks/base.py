@@ -28,5 +28,7 @@ class AbstractSwitchingDynamics(AbstractDynamics):
         (downwards) at the first switch of ``mode``."""
 
     @abc.abstractmethod
-    def transition(self, t, state: PyTree[Array], mode: Mode) -> tuple[Mode, KinkCounters]:
-        """The mode after the event at ``(t, state)`` and the counts of what happened."""
+    def transition(self, t, state: PyTree[Array], mode: Mode, *, rtol=None, atol=None
+                   ) -> tuple[Mode, KinkCounters]:
+        """The mode after the event at ``(t, state)`` and the counts of what happened; `rtol`
+        and `atol` are the solve's tolerances (None: switch only what the event located)."""

@@ -31,8 +31,8 @@ class PiecewiseLinearDynamics(AbstractKinkedDynamics, ParameterDynamics):
     keeps its O(n·p) low-rank Jacobian.
 
     **Fields:** those of `ParameterDynamics` (``initial`` an `AbstractPiecewiseLinearModel`),
-    and `max_sliding_rows` (static: at most this many examples may slide at once; more is
-    reported as degenerate sliding).
+    and `max_sliding_rows` (static: at most this many examples may slide at once on one
+    neuron; more is reported as degenerate sliding).
     """
 
     max_sliding_rows: int = eqx.field(static=True)

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 #: A multiplier system whose solution changes the slopes by more than this many times the
 #: slope range, or whose residual exceeds this relative size, is reported degenerate.
@@ -13,48 +13,71 @@ _DEGENERATE_GROWTH = 1e8
 _DEGENERATE_RESIDUAL = 1e-6
 
 
-def equivalent_control(
+def linear_response(
     zdot: Callable[[Float[Array, "n m"]], Float[Array, "n m"]], base: Float[Array, "n m"],
-    sliding: Bool[Array, "n m"], span: Float[Array, ""], max_rows: int,
+    index: Int[Array, "m K"], mask: Bool[Array, "m K"],
+) -> tuple[Float[Array, "n m"], Float[Array, "m K K"]]:
+    """``ż`` at `base` and, per neuron j, the matrix ``∂żᵢⱼ/∂λₗⱼ`` over neuron j's examples
+    ``index[j]`` (``[j, i, l]`` for examples ``index[j, i]`` and ``index[j, l]``), from one
+    linearization of the affine map `zdot` (slopes (n, m) to the pre-activations' velocity
+    (n, m)) and one tangent per column: neuron k's velocities depend only on neuron k's slopes,
+    so a tangent that perturbs, in every neuron j where `mask` marks it, the slope of example
+    ``index[j, l]`` gives column l of every neuron's matrix. Costs K + 1 evaluations of `zdot`;
+    a dynamics that knows the structure supplies the same in closed form
+    (`ibflow._kinks.classifier.ClassifierKinkedDynamics.slope_response`)."""
+    n, m = base.shape
+    zdot0, linear = jax.linearize(zdot, base)
+    tangents = jnp.transpose(jax.nn.one_hot(index.T, n, dtype=base.dtype), (0, 2, 1)) * (
+        mask.T[:, None, :].astype(base.dtype))  # (K, n, m)
+    columns = jax.vmap(linear)(tangents)  # (K_l, n, m)
+    gathered = columns[:, index, jnp.arange(m)[:, None]]  # (K_l, m, K_i)
+    return zdot0, jnp.transpose(gathered, (1, 2, 0))
+
+
+def equivalent_control(
+    response: Callable[[Int[Array, "m K"], Bool[Array, "m K"]],
+                       tuple[Float[Array, "n m"], Float[Array, "m K K"]]],
+    base: Float[Array, "n m"], sliding: Bool[Array, "n m"], span: Float[Array, ""],
+    max_rows: int,
 ) -> tuple[Float[Array, "n m"], Bool[Array, ""], Float[Array, "n m"]]:
     """Slopes ``λ`` on the sliding pairs such that ``ż = 0`` there; other slopes as in `base`.
 
-    `zdot` maps the slopes (n, m) to the velocity of the pre-activations (n, m); it is affine
-    (the field is affine in ``σ'(0)`` because ``σ(0) = 0``). Neuron k's velocities depend only on
-    neuron k's slopes, so the system splits into m independent systems, one per neuron, over
-    the examples where that neuron slides. Their matrices come from one linearization of
-    `zdot` and one tangent per sliding example (at most `max_rows`, static): a tangent that
-    perturbs example l's slope in *every* neuron at once gives column l of every neuron's
-    matrix. `span` is ``hi − lo``.
+    The velocity ``ż`` of the pre-activations is affine in the slopes (the field is affine in
+    ``σ'(0)`` because ``σ(0) = 0``), and neuron k's velocities depend only on neuron k's slopes,
+    so the system splits into m independent systems, one per neuron, over the examples where
+    that neuron slides: at most `max_rows` (static, ≤ n) per neuron, packed first in each
+    neuron's row of ``index`` (m, K) with ``mask`` marking them. `response(index, mask)` gives
+    ``ż`` at `base` (n, m) and each neuron's matrix over its examples (m, K, K), as
+    `linear_response` does. `span` is ``hi − lo``.
 
-    Returns the slopes, ``ok`` (False when more than `max_rows` examples slide or a system is
-    singular: non-finite, large residual or an absurdly large solution) and, per sliding pair,
-    its effective stiffness ``∂żᵢ/∂λᵢ`` with the other sliding pairs of its neuron re-solved
-    (``1/(M⁻¹)ᵢᵢ``, a Schur complement). A slide is attracting when it is negative: then
-    ``λᵢ > hi`` means that even the slope hi pushes ``zᵢ`` up. Zero off the sliding set.
+    Returns the slopes, ``ok`` (False when a neuron slides on more than `max_rows` examples or
+    a system is singular: non-finite, large residual or an absurdly large solution) and, per
+    sliding pair, its effective stiffness ``∂żᵢ/∂λᵢ`` with the other sliding pairs of its
+    neuron re-solved (``1/(M⁻¹)ᵢᵢ``, a Schur complement). A slide is attracting when it is
+    negative: then ``λᵢ > hi`` means that even the slope hi pushes ``zᵢ`` up. Zero off the
+    sliding set.
     """
-    n = base.shape[0]
-    rows_sliding = jnp.any(sliding, axis=1)
-    rows = jnp.argsort(jnp.where(rows_sliding, 0, 1), stable=True)[:max_rows]
-    valid = rows_sliding[rows]
-    sub = sliding[rows, :] & valid[:, None]  # (K, m)
-    zdot0, linear = jax.linearize(zdot, base)
-    tangents = (jax.nn.one_hot(rows, n, dtype=base.dtype)[:, :, None]
-                * sub[:, None, :].astype(base.dtype))  # (K, n, m)
-    columns = jax.vmap(linear)(tangents)[:, rows, :]  # (K_l, K_i, m)
-    matrix = jnp.transpose(columns, (2, 1, 0))  # (m, K_i, K_l)
-    mask = sub.T  # (m, K)
+    n, m = base.shape
+    counts = jnp.sum(sliding, axis=0)  # (m,)
+    # Each neuron's sliding examples packed first, in order (the others 0, masked): a scatter
+    # to the running count, not a sort (XLA's CPU sort took ~40% of a digits run's time).
+    slot = jnp.where(sliding, jnp.cumsum(sliding, axis=0) - 1, max_rows)  # (n, m)
+    neuron = jnp.arange(m)[:, None]
+    index = jnp.zeros((m, max_rows), dtype=int).at[neuron.T, slot].set(
+        jnp.broadcast_to(jnp.arange(n)[:, None], (n, m)), mode="drop")  # (m, K)
+    mask = jnp.arange(max_rows)[None, :] < counts[:, None]  # (m, K)
+    zdot0, matrix = response(index, mask)  # (n, m), (m, K_i, K_l)
     eye = jnp.eye(mask.shape[1], dtype=base.dtype)
     system = jnp.where(mask[:, :, None] & mask[:, None, :], matrix, eye)
-    rhs = jnp.where(mask, -zdot0[rows, :].T, 0.0)
+    rhs = jnp.where(mask, -zdot0[index, neuron], 0.0)
     delta = jnp.linalg.solve(system, rhs[..., None])[..., 0]
     residual = jnp.einsum("kij,kj->ki", system, delta) - rhs
     scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(base.dtype).tiny
-    ok = ((jnp.sum(rows_sliding) <= max_rows) & jnp.all(jnp.isfinite(delta))
+    ok = ((jnp.max(counts) <= max_rows) & jnp.all(jnp.isfinite(delta))
           & (jnp.max(jnp.abs(residual)) <= _DEGENERATE_RESIDUAL * scale)
           & (jnp.max(jnp.abs(delta)) <= _DEGENERATE_GROWTH * span))
-    slopes = base.at[rows, :].add(jnp.where(sub, delta.T, 0.0))
+    slopes = base.at[index, neuron].add(jnp.where(mask, delta, 0.0))
     inverse_diagonal = jnp.diagonal(jnp.linalg.inv(system), axis1=1, axis2=2)  # (m, K)
-    stiffness = jnp.zeros_like(base).at[rows, :].add(
-        jnp.where(sub, 1.0 / inverse_diagonal.T, 0.0))
+    stiffness = jnp.zeros_like(base).at[index, neuron].add(
+        jnp.where(mask, 1.0 / inverse_diagonal, 0.0))
     return slopes, ok, stiffness

@@ -160,11 +160,11 @@ def solve_segments(
         stopped = occurred & (stop_value(new_state) <= dynamics.event_function(
             new_t, new_state, mode))
         switched = occurred & ~stopped
-        new_mode, counts = dynamics.transition(new_t, new_state, mode)
+        new_mode, counts = dynamics.transition(new_t, new_state, mode, rtol=rtol, atol=atol)
         sliding_time = report.sliding_time + jnp.where(jnp.any(mode.sliding), new_t - t, 0.0)
         mode = jax.tree_util.tree_map(lambda a, b: jnp.where(switched, a, b), new_mode, mode)
-        # The log's entry: index `switches` (dropped past the end, or when nothing switched).
-        entry = jnp.where(switched, report.switches, EVENT_LOG)
+        # The log's entry: the next free one (dropped past the end, or when nothing switched).
+        entry = jnp.where(switched, jnp.sum(report.event_kind >= 0), EVENT_LOG)
         kind = jnp.where(counts.exits > 0, 2, jnp.where(counts.slides > 0, 1, 0))
         report = KinkReport(
             switches=report.switches + jnp.where(switched, counts.switches, 0),

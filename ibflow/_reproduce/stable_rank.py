@@ -4,10 +4,9 @@ nearly orthogonal data, THEORY §4.0 (the seed study after Frei et al. 2023 and 
 Stable rank of the first layer and spread of the normalized margins along the gradient flow, for
 the initialization grid σ ∈ {1e-5, 5e-5, 1e-4, 5e-4, 1e-3}, on
 (a) the Gaussian mixture (n = 10, d = 784, σ_p = 0.01, σ_e = 1, m = 100) with leaky ReLU (γ = 0.1),
-(b) the same data with ReLU, (c) scikit-learn's digits (even vs odd, n = 50, or 200 with
-``--full``; d = 64, m = 100), ReLU. Flows run in the log-loss clock (one vmapped solve per
-panel), the mixture's through their kinks (located switches and Filippov sliding, THEORY
-§8.2), the digits' as a smooth field (see `run`), down to loss 1e-4 (default)
+(b) the same data with ReLU, (c) scikit-learn's digits (even vs odd, n = 50, d = 64, m = 100),
+ReLU. Flows run in the log-loss clock through their kinks (located switches and Filippov
+sliding, THEORY §8.2; one compiled solve, member by member), down to loss 1e-4 (default)
 or 1e-30 (``--full``: far into the asymptotic regime, where the seed claims a stable rank ≤ 2);
 time on the plots is real gradient-flow time t. The summary reports each panel's final stable
 ranks and whether they end at or below 2.
@@ -33,24 +32,23 @@ from .registry import register
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
 
 
-def _sweep(X, y, *, slope, width, target, num_save, key, kinks):
+def _sweep(X, y, *, slope, width, target, num_save, key):
     sigmas = jnp.asarray(SIGMAS)
     models = eqx.filter_vmap(lambda s: TwoLayerClassifier.init(
         dim=X.shape[1], width=width, init_std=s, slope=slope, key=key))(sigmas)
-    def flow(m):
-        return classification_flow(m, X, y, target_loss=target, num_save=num_save, throw=False,
-                                   kinks=kinks)
-
-    if kinks:
-        # One compiled solve, member by member: under vmap the segment loop runs in lockstep,
-        # every member waiting for the others' events (measured on the ReLU mixture to 1e-4:
-        # 167 s vmapped).
-        solve_one = eqx.filter_jit(flow)
-        outs = [solve_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models))
-                for i in range(len(SIGMAS))]
-        sols = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
-    else:
-        sols = eqx.filter_vmap(flow)(models)
+    # One compiled solve, member by member: under vmap the segment loop runs in lockstep,
+    # every member waiting for the others' events (measured on the ReLU mixture to 1e-4:
+    # 167 s vmapped, 130 s as a loop).
+    solve_one = eqx.filter_jit(lambda m: classification_flow(
+        m, X, y, target_loss=target, num_save=num_save, throw=False))
+    outs = []
+    for i, sigma in enumerate(SIGMAS):
+        start = time.perf_counter()
+        outs.append(solve_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models)))
+        print(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
+              f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    sols = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
     diag = eqx.filter_vmap(trajectory_diagnostics, in_axes=(0, None, None))(sols.trajectory, X, y)
     final = jax.tree_util.tree_map(lambda v: v[-1], sols.model)
     kkt = kkt_residual(final, X, y)  # the σ = 1e-3 member
@@ -92,20 +90,18 @@ def run(out: Path, full: bool) -> dict:
     num_save = 64 if full else 24
     key = jax.random.key(0)
     mix = gaussian_mixture(jax.random.key(2023))
-    dig = digits(task="parity", n=200 if full else 50)
-    # (data, slope, through the kinks). The digits panel runs as a smooth field: its 5 000 to
-    # 20 000 (example, neuron) pairs start near their kinks and cross one event at a time,
-    # ~80 ms per event (measured at n = 50: 200 crossings by loss 0.6926, 21 s).
+    dig = digits(task="parity", n=50)
     settings = {
-        "mixture, leaky ReLU (γ=0.1)": (mix, 0.1, True),
-        "mixture, ReLU": (mix, 0.0, True),
-        "digits (even vs odd), ReLU": (dig, 0.0, False),
+        "mixture, leaky ReLU (γ=0.1)": (mix, 0.1),
+        "mixture, ReLU": (mix, 0.0),
+        "digits (even vs odd), ReLU": (dig, 0.0),
     }
     panels, summary, arrays = {}, {"target_loss": target, "sigmas": list(SIGMAS)}, {}
-    for name, (data, slope, kinks) in settings.items():
+    for name, (data, slope) in settings.items():
+        print(f"{name}:", flush=True)
         start = time.perf_counter()
         sols, diag, kkt = _sweep(data.X, data.y, slope=slope, width=100, target=target,
-                                 num_save=num_save, key=key, kinks=kinks)
+                                 num_save=num_save, key=key)
         p = {"time": np.asarray(sols.trajectory.time), "loss": np.asarray(sols.trajectory.loss),
              "stable_rank": np.asarray(diag.stable_rank),
              "margin_spread": np.asarray(diag.margin_spread),
@@ -127,16 +123,11 @@ def run(out: Path, full: bool) -> dict:
                                     p["margin_spread"]],
             "kkt_stationarity_sigma_1e-3": kkt.stationarity,
             "kkt_kink_pairs_sigma_1e-3": kkt.kink_pairs,
-            "integration": ("through the kinks (switches located, Filippov sliding)" if kinks
-                            else "smooth field (φ'(0) = 1; an adaptive solver chatters on a "
-                            "slide)"),
+            "switches": np.asarray(sols.kinks.switches).tolist(),
+            "slides": np.asarray(sols.kinks.slides).tolist(),
+            "sliding_at_end": np.asarray(jnp.sum(sols.kinks.sliding, axis=(1, 2))).tolist(),
             "seconds": round(time.perf_counter() - start, 1),
         }
-        if kinks:
-            summary[name].update(
-                switches=np.asarray(sols.kinks.switches).tolist(),
-                slides=np.asarray(sols.kinks.slides).tolist(),
-                sliding_at_end=np.asarray(jnp.sum(sols.kinks.sliding, axis=(1, 2))).tolist())
     np.savez(out / "stable_rank.npz", sigmas=np.asarray(SIGMAS), **arrays)
     _plot(out, panels)
     (out / "stable_rank.json").write_text(json.dumps(summary, indent=2))
