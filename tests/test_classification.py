@@ -279,23 +279,24 @@ def test_equivalent_control_closed_form_matches_autodiff_and_holds_the_kink(getk
     """The classifier's closed-form multiplier matrices (``−aⱼ (G + β)[I, I] diag(r[I])``)
     against the generic autodiff linearization of the field, on each neuron's own sliding
     examples; and the slopes they give keep ``ż = 0`` on every sliding pair, with the system
-    size chosen by the largest sliding set (1, 4, ... rows) or padded to the full bound."""
+    size chosen by the largest sliding set (4 rows) or padded to the full bound (20)."""
     from ibflow._kinks.equivalent_control import equivalent_control
     from ibflow._kinks.kinked import AbstractKinkedDynamics
 
-    X = jax.random.normal(getkey(), (12, 20)) / np.sqrt(20)
-    y = jnp.where(jnp.arange(12) % 2 == 0, 1.0, -1.0)
-    model = ibflow.TwoLayerClassifier.init(dim=20, width=6, init_std=0.3, slope=slope,
+    X = jax.random.normal(getkey(), (20, 24)) / np.sqrt(24)
+    y = jnp.where(jnp.arange(20) % 2 == 0, 1.0, -1.0)
+    model = ibflow.TwoLayerClassifier.init(dim=24, width=6, init_std=0.3, slope=slope,
                                            bias=bias, key=getkey())
     dyn = ibflow.Reduction().dynamics(model, X, y, ibflow.LossClock(ibflow.GradientFlow()),
                                       ibflow.LogisticLoss())
     state = dyn.initial_state()
     state["c"] = 0.05 * jax.random.normal(getkey(), state["c"].shape)
-    # Neuron j ≥ 1 slides on examples j, j + 3, j + 6 (3 rows: the 4-row system); neuron 0 not.
-    examples, neurons = np.arange(12)[:, None], np.arange(6)[None, :]
+    # Neuron j ≥ 1 slides on examples j, j + 3, j + 6 (3 rows: the 4-row system of the 20
+    # allowed); neuron 0 not.
+    examples, neurons = np.arange(20)[:, None], np.arange(6)[None, :]
     offset = examples - neurons
     sliding = jnp.asarray((neurons >= 1) & (offset % 3 == 0) & (offset >= 0) & (offset < 7))
-    positive = jax.random.bernoulli(getkey(), 0.5, (12, 6))
+    positive = jax.random.bernoulli(getkey(), 0.5, (20, 6))
     base = jnp.where(sliding, 0.5 * (slope + 1.0), jnp.where(positive, 1.0, slope))
     index = jnp.argsort(~sliding, axis=0, stable=True)[:5].T
     mask = jnp.arange(5)[None, :] < jnp.sum(sliding, axis=0)[:, None]
@@ -308,7 +309,7 @@ def test_equivalent_control_closed_form_matches_autodiff_and_holds_the_kink(getk
     slopes, ok, _ = dyn.slopes(state, positive, sliding)
     padded, ok_padded, _ = equivalent_control(
         lambda i, m: dyn.slope_response(state, base, i, m), base, sliding,
-        jnp.asarray(1.0 - slope), 12)
+        jnp.asarray(1.0 - slope), 20)
     assert bool(ok) and bool(ok_padded)
     np.testing.assert_array_equal(jnp.sum(sliding, axis=0), [0, 3, 3, 3, 3, 3])
     residual = dyn._zdot(state, slopes)
