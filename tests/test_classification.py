@@ -308,8 +308,7 @@ def test_equivalent_control_closed_form_matches_autodiff_and_holds_the_kink(getk
                                rtol=1e-12, atol=1e-14)
     slopes, ok, _ = dyn.slopes(state, positive, sliding)
     padded, ok_padded, _ = equivalent_control(
-        lambda i, m: dyn.slope_response(state, base, i, m), base, sliding,
-        jnp.asarray(1.0 - slope), 20)
+        lambda i, m: dyn.slope_response(state, base, i, m), base, sliding, 20)
     assert bool(ok) and bool(ok_padded)
     np.testing.assert_array_equal(jnp.sum(sliding, axis=0), [0, 3, 3, 3, 3, 3])
     residual = dyn._zdot(state, slopes)

@@ -161,7 +161,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         def slide(rows):
             return lambda: equivalent_control(
                 lambda index, mask: self.slope_response(state, base, index, mask), base,
-                sliding, self._span(), rows)
+                sliding, rows)
 
         # The system's size follows the largest sliding set of any neuron (rounded up to one
         # of `sizes`), so a flow with a few sliding pairs solves small systems (measured on

@@ -42,13 +42,15 @@ class KinkReport(eqx.Module):
     """Per-solution report of a kinked flow (THEORY §8.2).
 
     **Fields:**
-    - `switches`: number of switching events located (crossings, slide entries and exits).
+    - `switches`: number of pair switches (crossings, slide entries and exits; at one located
+      event, pairs about to cross within one step's error cross with it).
     - `slides`: number of slide entries; `exits`: number of slide exits.
     - `sliding_time`: total flow time during which at least one pair was sliding.
     - `pattern`: the final activation pattern (n, m), True where ``z > 0``.
     - `sliding`: the final sliding set (n, m).
-    - `event_clock` (`EVENT_LOG`,): the clock values of the first `EVENT_LOG` events (``inf``
-      after the last); `event_kind`: what each did, an index into `EVENT_KINDS` (−1: none).
+    - `event_clock` (`EVENT_LOG`,): the clock values of the first `EVENT_LOG` located events
+      (``inf`` after the last); `event_kind`: what each did, an index into `EVENT_KINDS` (−1:
+      none).
     """
 
     switches: Int[Array, ""]
