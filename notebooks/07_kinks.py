@@ -79,7 +79,7 @@ for ax, scale in zip(axes, ("log", "linear")):
     ax.set(xscale=scale, xlabel="gradient-flow time t", ylabel=r"$z_i(t)=\langle w, x_i\rangle$")
 axes[1].set_xlim(0, 3 * float(np.nanmax(np.where(np.asarray(report.event_kind) >= 0,
                                                np.asarray(report.event_clock), np.nan))))
-axes[0].set_title(f"{int(report.slides)} slides, {int(report.switches)} events")
+axes[0].set_title(f"{int(report.slides)} slides, {int(report.switches)} switches")
 axes[1].set_title("the events, linear time")
 fig.tight_layout()
 
