@@ -23,7 +23,8 @@ class Mode(eqx.Module):
 
 
 class KinkCounters(eqx.Module):
-    """What one transition did (all zero or one), or running totals over a solve.
+    """What one transition did (one located event; several pairs may switch at it), or
+    running totals over a solve.
 
     **Fields:**
     - `switches`: events processed (crossings, slide entries and exits, tangential touches).

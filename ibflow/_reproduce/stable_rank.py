@@ -13,6 +13,7 @@ ranks and whether they end at or below 2.
 """
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def _sweep(X, y, *, slope, width, target, num_save, key):
         outs.append(solve_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models)))
         print(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
               f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
-              f"{time.perf_counter() - start:.1f} s", flush=True)
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     sols = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
     diag = eqx.filter_vmap(trajectory_diagnostics, in_axes=(0, None, None))(sols.trajectory, X, y)
     final = jax.tree_util.tree_map(lambda v: v[-1], sols.model)
@@ -98,7 +99,7 @@ def run(out: Path, full: bool) -> dict:
     }
     panels, summary, arrays = {}, {"target_loss": target, "sigmas": list(SIGMAS)}, {}
     for name, (data, slope) in settings.items():
-        print(f"{name}:", flush=True)
+        print(f"{name}:", file=sys.stderr, flush=True)
         start = time.perf_counter()
         sols, diag, kkt = _sweep(data.X, data.y, slope=slope, width=100, target=target,
                                  num_save=num_save, key=key)
