@@ -181,11 +181,9 @@ def _status(status, final_loss, target_loss):
     return Status.where(reached, Status.converged, not_reached)
 
 
-@eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counted by tests: one trace per configuration
-def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
-    """Integrate `dynamics` from its initial state until its loss reaches
-    ``options.target_loss``; returns the one `Solution` type."""
+def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
+    """`solve`'s body, traced once per configuration (the static skeleton of its arguments)."""
     progress = LossProgress.start(dynamics.loss(dynamics.initial_state()),
                                   options.target_loss) if options.progress else None
     tail = options.stiff_solver
@@ -235,3 +233,67 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
                            "the flow did not converge (see Solution.status; pass throw=False to "
                            "get the Solution anyway).")
     return out
+
+
+# --- dispatch ------------------------------------------------------------------------------
+# `solve` is `traced_solve` under `jax.jit`, with the arguments' and the result's non-array
+# leaves held static, as `eqx.filter_jit` does. Written out because filter_jit's own partition
+# of the arguments and recombination of the result (module by module) cost ~0.15 ms per call,
+# a twentieth of a small kinked solve (the sliding leaky neurons of benchmarks/kinks.py: ~3.5
+# ms at rtol 1e-6); a flatten and an unflatten cost a few µs.
+
+_ARRAY = object()  # the place of an array leaf in a skeleton
+
+
+class _Skeleton:
+    """The static part of a PyTree: its structure and its non-array leaves (`_ARRAY` where an
+    array goes). Hashable: the key of `_compiled`'s cache."""
+
+    __slots__ = ("treedef", "leaves", "_hash")
+
+    def __init__(self, tree):
+        leaves, self.treedef = jax.tree_util.tree_flatten(tree)
+        self.leaves = tuple(_ARRAY if eqx.is_array(leaf) else leaf for leaf in leaves)
+        self._hash = hash((self.treedef, self.leaves))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return (isinstance(other, _Skeleton) and self.treedef == other.treedef
+                and self.leaves == other.leaves)
+
+    def fill(self, arrays):
+        it = iter(arrays)
+        return jax.tree_util.tree_unflatten(
+            self.treedef, [next(it) if leaf is _ARRAY else leaf for leaf in self.leaves])
+
+
+def _arrays(tree):
+    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if eqx.is_array(leaf)]
+
+
+#: The result's skeleton for each argument skeleton, recorded when `_compiled` traces it.
+_RESULTS: dict = {}
+
+
+def _solve_arrays(arrays, skeleton):
+    out = traced_solve(*skeleton.fill(arrays))
+    _RESULTS[skeleton] = _Skeleton(out)
+    return _arrays(out)
+
+
+# Named "solve": the compiled module is "jit_solve", in the persistent compilation cache too.
+_solve_arrays.__name__ = _solve_arrays.__qualname__ = "solve"
+_compiled = jax.jit(_solve_arrays, static_argnums=1)
+
+
+def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
+    """Integrate `dynamics` from its initial state until its loss reaches
+    ``options.target_loss``; returns the one `Solution` type. Compiled once per configuration
+    (every array leaf of the arguments is traced); works under ``jit``, ``vmap`` and
+    ``grad``."""
+    args = (dynamics, options)
+    skeleton = _Skeleton(args)
+    out = _compiled(_arrays(args), skeleton)
+    return _RESULTS[skeleton].fill(out)

@@ -171,6 +171,11 @@ def _predictor(model):
 _SHAPES: dict = {}
 
 
+#: The default tails, built once (an Equinox module's construction is ~50 µs of Python: a tenth
+#: of `integrate`'s own overhead on a small problem).
+_KVAERNO4, _KVAERNO5 = dfx.Kvaerno4(), dfx.Kvaerno5()
+
+
 def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
     """The tail strategy. ``"auto"``: Newton to the equilibrium where the dynamics has a unique
     attracting one, no trajectory is asked for, the target is the default one (the limit) and no
@@ -193,7 +198,7 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
         # Kvaerno3 is accuracy-limited in a long tail (2 100 steps, 9-13 s there). Kvaerno4:
         # ~500 steps, 4.4-5 s, 1.1e-10 from the reference; on the sliding leaky neurons of
         # benchmarks/kinks.py 642 steps against Kvaerno3's 854 (measured 2026-11-26).
-        return dfx.Kvaerno4() if isinstance(dynamics, AbstractSwitchingDynamics) else dfx.Kvaerno5()
+        return _KVAERNO4 if isinstance(dynamics, AbstractSwitchingDynamics) else _KVAERNO5
     if isinstance(stiff_solver, EquilibriumNewton):
         if not unique:
             raise ValueError("stiff_solver=EquilibriumNewton() needs dynamics with one attracting "
@@ -323,7 +328,8 @@ def integrate(
             raise ValueError("save_at must be a non-empty 1-d array of increasing times.")
         save_at = _checks.finite(save_at, "save_at")
     formulation = _formulation(method, formulation)
-    dynamics = formulation.dynamics(model, X, y, flow, loss)
+    # Through the class: a bound method of a module is a module built at each access (~35 µs).
+    dynamics = type(formulation).dynamics(formulation, model, X, y, flow, loss)
     tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target, t_max is not None)
     watch_stiffness = stiff_switch is None  # an explicit level is the level
     rtol, atol, stiff_switch = _path_defaults(rtol, atol, stiff_switch, tail)

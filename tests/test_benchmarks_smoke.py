@@ -251,13 +251,21 @@ def test_kinks_benchmark_quick(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     md = (tmp_path / "kinks.md").read_text()
     assert (tmp_path / "kinks.png").stat().st_size > 0
-    rows = [r for r in md.splitlines() if r.startswith("|  | η = ")]
-    richardson = [float(r.split("|")[9]) for r in rows[1:]]
+    def table(heading):
+        """The data rows of the table after the line that starts with `heading`."""
+        lines = md.split("\n" + heading, 1)[1].split("\n\n", 2)[1].splitlines()
+        return [r.split("|") for r in lines[2:]]
+
+    halvings = table("GD+R's halvings")
+    richardson = [float(r[5]) for r in halvings[1:]]
     assert len(richardson) >= 3 and richardson[-1] < richardson[0] / 20, richardson
+    # GD+R at each of the ladder's loss targets, as ibflow's ladder
+    assert [r[2].strip() for r in table("GD+R at each loss target")] == [
+        "1e-18", "1e-16", "1e-14"]
     # ibflow's default limit against argmin Q; its own accuracy ladder reaches 1e-7 of it
     seed_row = [r for r in md.splitlines() if r.startswith("| 2 | ")][0].split("|")
     assert float(seed_row[7]) < 1e-9, seed_row
-    ladder = [r.split("|") for r in md.splitlines() if r.startswith("| 2 | 1e-")]
+    ladder = table("ibflow's own accuracy knob")
     assert len(ladder) == 4 and min(float(r[6]) for r in ladder) <= 1e-7, ladder
     large = md.split("## A sliding neuron")[1].splitlines()[-1].split("|")
     assert float(large[9]) < 1e-9  # ibflow's limit against argmin Q

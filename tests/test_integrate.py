@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 
 import ibflow
-from ibflow._engine import solve as _integrate
+from ibflow._engine import traced_solve as _integrate
 
 from .helpers import foundation_models, random_problem, relative
 

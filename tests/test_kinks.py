@@ -163,6 +163,14 @@ def test_warped_and_mirror_flows_slide_to_the_same_limit():
     assert 0.4 * target <= float(sol.loss) <= target
     assert float(sol.clock) < 1e3 and float(sol.time) < 1e3
 
+    # A target above the initial loss is met at once, by the initialization (the segment loop's
+    # loss event is a down-crossing, so none occurred, and the solve ran on to its step budget:
+    # 1 658 steps to a loss of 1e-13).
+    initial = 0.5 * float(jnp.mean((jax.vmap(m)(X) - y) ** 2))
+    sol = ibflow.integrate(m, X, y, flow=warped, target_loss=2 * initial, throw=False)
+    assert sol.status == ibflow.Status.converged and int(sol.steps) == 0
+    assert float(jnp.max(jnp.abs(sol.predictor - m.predictor()))) == 0.0
+
 
 def test_bad_switch_budget_is_refused():
     m, X, y = _sliding_problem()

@@ -79,7 +79,9 @@ def equivalent_control(
     column = jnp.where(mask & (column > 0), column, 1.0)
     system = jnp.where(pairs, matrix, eye) / column[:, None, :]
     rhs = jnp.where(mask, -zdot0[index, neuron], 0.0)
-    u = jnp.linalg.solve(system, rhs[..., None])[..., 0]
+    # One row: a division (see `ibflow._kinks.kinked._system_sizes`).
+    u = (rhs / system[..., 0] if max_rows == 1
+         else jnp.linalg.solve(system, rhs[..., None])[..., 0])
     delta = u / column
     residual = jnp.einsum("kij,kj->ki", system, u) - rhs
     scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(base.dtype).tiny
@@ -88,7 +90,8 @@ def equivalent_control(
           & (jnp.max(jnp.abs(u)) <= _DEGENERATE_GROWTH * scale))
     slopes = base.at[index, neuron].add(jnp.where(mask, delta, 0.0))
     # (M⁻¹)ᵢᵢ = (S⁻¹)ᵢᵢ / columnᵢ for M = S·diag(column).
-    inverse_diagonal = jnp.diagonal(jnp.linalg.inv(system), axis1=1, axis2=2) / column
+    inverse_diagonal = (1.0 / system[..., 0] if max_rows == 1 else jnp.diagonal(
+        jnp.linalg.inv(system), axis1=1, axis2=2)) / column
     stiffness = jnp.zeros_like(base).at[index, neuron].add(
         jnp.where(mask, 1.0 / inverse_diagonal, 0.0))
     return slopes, ok, stiffness

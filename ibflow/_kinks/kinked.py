@@ -51,11 +51,18 @@ def _traced_once(dynamics, state, positive, sliding):
 
 
 def _system_sizes(max_rows: int) -> tuple[int, ...]:
-    """The static sizes of the per-neuron multiplier systems, one compiled branch each:
-    `max_rows` alone up to 16; above, 1, 4, 16 and `max_rows`. (At n = 50 on digits the four
-    sizes ran 67 s where 8 and 32 ran 93 s; at small n more branches only cost compile time,
-    ~10 s for each vmapped kink test of the suite at -O0.)"""
-    return (max_rows,) if max_rows <= 16 else (1, 4, 16, max_rows)
+    """The static sizes of the per-neuron multiplier systems, one compiled branch each: 1 and
+    `max_rows` up to 16; above, 1, 4, 16 and `max_rows`. (At n = 50 on digits the four sizes
+    ran 67 s where 8 and 32 ran 93 s.) The one-row system, the common case (one pair sliding
+    per neuron), is a division, with a one-column response: a sliding leaky neuron's field
+    evaluation, n = 8, took 5.1 µs through the 8 × 8 system (LAPACK calls cost more than the
+    rest of a small system together), 3.5 µs with a division on it, 1.6 µs with the one-row
+    system; benchmarks/kinks.py's default solve ~20% less time. Each branch costs compile
+    time: ~9 s more for a vmapped kink test of the suite at -O0 (33 s against 42 s for
+    Theorem 4's)."""
+    if max_rows <= 16:
+        return (1, max_rows) if max_rows > 1 else (1,)
+    return (1, 4, 16, max_rows)
 
 
 class AbstractKinkedDynamics(AbstractSwitchingDynamics):

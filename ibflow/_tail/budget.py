@@ -27,6 +27,7 @@ class _BudgetState(eqx.Module):
     mark_loss: Array  # stiffness watch: the last decade mark (loss, attempted steps)
     mark_loss_steps: Array
     stiff: Array
+    proposed_dt: Array  # the controller's proposal for the next step (`first_dt` of a restart)
 
 
 class BudgetController(dfx.AbstractAdaptiveStepSizeController):
@@ -39,6 +40,9 @@ class BudgetController(dfx.AbstractAdaptiveStepSizeController):
     controller: dfx.AbstractAdaptiveStepSizeController
     budget: Int[Array, ""]
     watch: StiffnessWatch | None = None
+    #: the first step (> 0), e.g. the last `proposed_dt` of the solve this one restarts; where
+    #: it is 0 (or None), the wrapped controller picks it (Diffrax's initial step selection)
+    first_dt: Array | None = None
 
     @property
     def rtol(self):
@@ -53,17 +57,25 @@ class BudgetController(dfx.AbstractAdaptiveStepSizeController):
         return self.controller.norm
 
     def wrap(self, direction):
-        return BudgetController(self.controller.wrap(direction), self.budget, self.watch)
+        return BudgetController(self.controller.wrap(direction), self.budget, self.watch,
+                                self.first_dt)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
-        t1, inner = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        def start(first):
+            return self.controller.init(terms, t0, t1, y0, first, args, func, error_order)
+
+        if self.first_dt is None or dt0 is not None:
+            t1, inner = start(dt0)
+        else:  # no selection (two field evaluations and a cautious first step) where carried
+            t1, inner = jax.lax.cond(self.first_dt > 0, lambda: start(self.first_dt),
+                                     lambda: start(None))
         zero = jnp.zeros((), dtype=jnp.int64 if jnp.int64 == jnp.int_ else jnp.int32)
         # Not differentiated (as Diffrax does for a controller state it does not save): the
         # engine saves this state to read `stiff`, and Diffrax refuses tangents into a saved one.
         return t1, jax.lax.stop_gradient(_BudgetState(
             steps=zero, mark_steps=zero, mark_t=jnp.asarray(t0), stalled=jnp.array(False),
             inner=inner, mark_loss=jnp.asarray(jnp.inf), mark_loss_steps=zero,
-            stiff=jnp.array(False)))
+            stiff=jnp.array(False), proposed_dt=jnp.asarray(t1 - t0)))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order,
                         controller_state):
@@ -82,7 +94,8 @@ class BudgetController(dfx.AbstractAdaptiveStepSizeController):
         state = _BudgetState(
             steps=steps, mark_steps=jnp.where(window_done, steps, controller_state.mark_steps),
             mark_t=jnp.where(window_done, next_t0, mark_t), stalled=stalled, inner=inner,
-            mark_loss=mark_loss, mark_loss_steps=mark_loss_steps, stiff=stiff)
+            mark_loss=mark_loss, mark_loss_steps=mark_loss_steps, stiff=stiff,
+            proposed_dt=next_t1 - next_t0)
         result = dfx.RESULTS.where(stalled | stiff, dfx.RESULTS.dt_min_reached, result)
         result = dfx.RESULTS.where(steps >= self.budget, dfx.RESULTS.max_steps_reached, result)
         return keep, next_t0, next_t1, jump, state, result
