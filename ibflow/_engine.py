@@ -61,6 +61,7 @@ class _Phase(eqx.Module):
     status: Status  # converged: the phase reached its stop level
     saved: object
     kinks: tuple | None = None  # switching dynamics: (mode, KinkReport)
+    proposed_dt: Array | None = None  # the controller's next step where the phase stopped
 
 
 def _phase_status(result):
@@ -100,22 +101,23 @@ def _observe(dynamics):
 
 
 def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True,
-           kinks=None, saved=None, watch=None):
+           kinks=None, saved=None, watch=None, dt0=None):
     """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite, or
     stiff under `watch`: then converged too); for switching dynamics, one per segment between
-    switches (continuing `kinks` and `saved`). Where ``run`` is false the solve is empty
-    (t1 = t0: no step is taken)."""
+    switches (continuing `kinks` and `saved`, and starting with the step `dt0` where it is
+    given and positive). Where ``run`` is false the solve is empty (t1 = t0: no step is
+    taken)."""
     t1 = jnp.where(run, options.t_max, c0)
     if isinstance(dynamics, AbstractSwitchingDynamics):
         mode, report = (None, None) if kinks is None else kinks
-        state, clock, steps, accepted, status, report, mode, saved = solve_segments(
+        state, clock, steps, accepted, status, report, mode, saved, dt = solve_segments(
             dynamics, solver, state, c0, stop_at=stop_at, rtol=options.rtol, atol=options.atol,
-            t_max=t1, max_steps=options.max_steps, budget=budget, dt0=options.dt0,
+            t_max=t1, max_steps=options.max_steps, budget=budget, dt0=dt0,
             adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
             report=report, save_at=options.save_at, saved=saved,
             progress=progress, watch=watch)
         return _Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
-                      saved=saved, kinks=(mode, report))
+                      saved=saved, kinks=(mode, report), proposed_dt=dt)
 
     def stop(c, y, args, **kwargs):
         value = dynamics.loss(y)
@@ -160,9 +162,13 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress):
             progress.update(dynamics.loss(state))
         return _Phase(state=state, clock=first.clock, steps=iterations, accepted=iterations,
                       status=_phase_status(result), saved=first.saved)
+    # Through kinks, the tail starts with the step the explicit phase would have taken next
+    # (stability-limited there, so small for an implicit method, which grows it; Diffrax's own
+    # selection costs two field evaluations and started smaller still).
     return _phase(dynamics, _with_structured_root_finder(tail, dynamics), first.state,
                   first.clock, stop_at=options.target_loss, budget=budget, options=options,
-                  progress=progress, run=run, kinks=first.kinks, saved=first.saved)
+                  progress=progress, run=run, kinks=first.kinks, saved=first.saved,
+                  dt0=first.proposed_dt)
 
 
 def _merge_saved(save_at, first, second, c_switch):
@@ -198,7 +204,7 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
         watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
     phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
                    stop_at=first_stop, budget=budget, options=options, progress=progress,
-                   watch=watch)
+                   watch=watch, dt0=options.dt0)
     steps, accepted, status, saved = phase.steps, phase.accepted, phase.status, phase.saved
     if tail is not None:
         first = phase
