@@ -130,14 +130,14 @@ def solve_segments(
     term = dfx.ODETerm(eqx.filter_jit(dynamics.vector_field))
 
     def segment(carry):
-        state, t, mode, steps, accepted, status, done, report, saved, first_dt, _ = carry
+        state, t, mode, steps, accepted, status, done, report, saved, _ = carry
         # The first segment starts with `dt0` where given (a continuation: the step the phase
         # before proposed); a restart at a switch lets Diffrax select its first step. (Carrying
         # the step across switches saved 3% of a sliding leaky neuron's steps, but the mode
         # changes there: on digits, where segments are ~1 step long, it cost 30% more steps,
         # 7 555 against 5 798, rejected where the new mode needed a smaller one.)
         controller = BudgetController(dfx.PIDController(rtol=rtol, atol=atol), budget - steps,
-                                      watch, first_dt)
+                                      watch, jnp.where(t == t0, first_dt, 0.0))
         subs = [dfx.SubSaveAt(t1=True)]
         if save_at is not None:
             subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, t, t_max), fn=lambda c, y, args: y))
@@ -197,7 +197,7 @@ def solve_segments(
         done = ~switched | (steps >= budget) | (report.switches >= max_switches) | (
             switched & counts.degenerate) | ~jnp.isfinite(loss)
         return (new_state, new_t, mode, steps, accepted, status, done, report, saved,
-                jnp.zeros_like(first_dt), sol.controller_state.proposed_dt)
+                sol.controller_state.proposed_dt)
 
     zero = jnp.zeros((), dtype=budget.dtype)
     first_dt = jnp.zeros_like(t0) if dt0 is None else jnp.asarray(dt0, dtype=t0.dtype)
@@ -207,10 +207,10 @@ def solve_segments(
     reached = dynamics.loss(state) <= stop_at
     init = (state, t0, mode, zero, zero, Status.where(reached, Status.converged,
                                                        Status.solver_failed), reached, report,
-            saved, first_dt, first_dt)
+            saved, first_dt)
     # Checkpointed: reverse-mode differentiable (the event times are, so a crossing's jump in
     # the field enters the derivative). Each segment takes at least one step, so `max_steps`
     # bounds the segments.
-    state, t, mode, steps, accepted, status, _, report, saved, _, dt = eqx.internal.while_loop(
+    state, t, mode, steps, accepted, status, _, report, saved, dt = eqx.internal.while_loop(
         lambda carry: ~carry[6], segment, init, kind="checkpointed", max_steps=max_steps)
     return state, t, steps, accepted, status, report, mode, saved, dt
