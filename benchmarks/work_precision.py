@@ -47,6 +47,9 @@ from . import wp_peers
 from .ibflow_grid import sweep_with
 
 LEVELS = (1e-4, 1e-6, 1e-8, 1e-10)
+DUAL_NEWTON = "numpy damped Newton (dual)"
+#: The default sweep's roofline (filled by `run_ibflow`): one dict, see `roofline_row`.
+roofline: list = []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,10 +206,46 @@ def run_ibflow(p, ref, s: Settings, log) -> list[Point]:
                 f"{out['steps'].max():.0f} max; first call {first:.3g} s")
         if recompile > 0.05:
             note += f"; the warm call still compiled {recompile:.2g} s (included)"
+        default = not options and target_rel is None
         points.append(Point("ibflow.sweep", label, wall, compile_s, mx, md, p.size, p.size,
-                            default=not options and target_rel is None, note=note))
+                            default=default, note=note))
         log(f"ibflow {label}: {wall:.3g} s, max err {mx:.2e}")
+        if default:  # its peer at equal accuracy, and the roofline, side by side in this run
+            points.append(run_dual_newton(p, ref, log))
+            roofline[:] = [roofline_row(p, out, wall, log)]
     return points
+
+
+def run_dual_newton(p, ref, log) -> Point:
+    """The numpy damped-Newton loop on the dual of Theorem 1 (`wp_peers.dual_newton_solve`),
+    every member, to ibflow's default target; timed twice, the second (warm BLAS) counts."""
+    target = 1e-24 * 0.5 * float(np.mean(p.y**2))
+    for _ in range(2):
+        t0 = time.perf_counter()
+        rs = [wp_peers.dual_newton_solve(p.X, p.y, a, s, target=target)
+              for a, s in zip(p.alphas, p.shapes)]
+        wall = time.perf_counter() - t0
+    mx, md = _errors(np.stack([r["w"] for r in rs]), ref)
+    its = np.array([r["iterations"] for r in rs])
+    log(f"numpy dual Newton: {wall:.3g} s, max err {mx:.2e}")
+    return Point(DUAL_NEWTON, "loss ≤ 1e-24·L₀ (ibflow's default target)", wall, None, mx, md,
+                 p.size, p.size, note=f"{sum(r['converged'] for r in rs)}/{p.size} converged; "
+                 f"Newton iterations {its.mean():.1f} mean / {its.max()} max")
+
+
+def roofline_row(p, out, wall, log) -> dict:
+    """Useful flops of the default sweep (its Newton iterations × `newton_iteration_flops`)
+    over this machine's measured float64 matmul rate (a 1000 × 1000 product, jnp), as a
+    fraction of the measured wall time."""
+    from .ibflow_grid import newton_iteration_flops
+    from .roofline import matmul_rate
+
+    rate, _ = matmul_rate(1000, 1000, 1000)
+    flops = float(np.sum(out["steps"])) * newton_iteration_flops(p.n, p.d)
+    row = dict(shape=(p.n, p.d), flops=flops, rate=rate, roofline_s=flops / rate, wall_s=wall,
+               fraction=flops / rate / wall)
+    log(f"roofline: {row}")
+    return row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +392,9 @@ def ratio_rows(points: list[Point]):
     rows = []
     for level in LEVELS:
         ib = [q for q in done if q.method == "ibflow.sweep" and q.max_err <= level]
-        peer = [q for q in done if q.method != "ibflow.sweep" and q.max_err <= level]
+        # (the dual Newton loop is compared on its own line: it is not an ODE method)
+        peer = [q for q in done if q.method not in ("ibflow.sweep", DUAL_NEWTON)
+                and q.max_err <= level]
         bi = min(ib, key=lambda q: q.wall_s) if ib else None
         bp = min(peer, key=lambda q: q.wall_s) if peer else None
         ratio = bp.wall_s / bi.wall_s if bi and bp else None
@@ -417,6 +458,24 @@ def markdown(points, ratios, ref, machine) -> str:
                 and q.compile_s < 0.05 else _f(q.compile_s))
         lines.append(f"| {q.method} | {setting} | {_f(q.wall_s)} | {comp} | "
                      f"{_f(q.max_err)} | {_f(q.median_err)} | {q.how} | {note} |")
+    dual = next((q for q in points if q.method == DUAL_NEWTON), None)
+    default = next((q for q in points if q.default), None)
+    if dual and default:
+        ratio = dual.wall_s / default.wall_s
+        lines += ["", f"**Against the hand-written dual Newton loop** (flagship issue target 1: "
+                  f"≥ 3× at equal accuracy ≤ 1e-10): numpy {_f(dual.wall_s)} s (max err "
+                  f"{_f(dual.max_err)}) / ibflow default {_f(default.wall_s)} s (max err "
+                  f"{_f(default.max_err)}) = **{ratio:.2f}×** "
+                  f"({'PASS' if ratio >= 3 else 'FAIL'}), measured side by side in this run."]
+    if roofline:
+        r = roofline[0]
+        lines += ["", f"**Roofline** (flagship issue target 1: ≥ 50 %): useful flops of the "
+                  f"default sweep (its {_f(r['flops'] / p_newton_flops(r))} Newton iterations × "
+                  f"(2n²d + 2nd + n³/3 + 2n² + one field evaluation)) = {r['flops']:.3g}; this "
+                  f"machine's float64 matmul rate (jnp, 1000 × 1000) {r['rate'] / 1e9:.3g} "
+                  f"GFLOP/s; roofline time {_f(r['roofline_s'])} s against {_f(r['wall_s'])} s "
+                  f"measured: **{100 * r['fraction']:.0f} %** "
+                  f"({'PASS' if r['fraction'] >= 0.5 else 'FAIL'})."]
     lines += ["", "**Ratio to the best peer** (issue 14 target 1: ≥ 10×): at each accuracy "
               "level, the fastest peer setting whose max error reaches it vs the fastest ibflow "
               "setting that reaches it.", "",
@@ -431,6 +490,13 @@ def markdown(points, ratios, ref, machine) -> str:
             f"{_f(pe.wall_s) if pe else ''} | {_f(r['ratio'])} | "
             f"{'' if r['passed'] is None else ('PASS' if r['passed'] else 'FAIL')} |")
     return "\n".join(lines) + "\n"
+
+
+def p_newton_flops(row) -> float:
+    """Flops of one Newton iteration of the roofline row's problem (for its iteration count)."""
+    from .ibflow_grid import newton_iteration_flops
+
+    return newton_iteration_flops(*row["shape"])
 
 
 def plot(points, path, title):
@@ -463,6 +529,9 @@ def plot(points, path, title):
                 ax.plot(xi, yi, "*" if q.default else "o", ms=14 if q.default else 5,
                         color="black" if ib else cmap(j % 10),
                         mfc="none" if not q.measured else None, zorder=6 if ib else 3)
+                if ib:  # which setting each ibflow point is
+                    ax.annotate(q.setting.split(" (")[0], (xi, yi), textcoords="offset points",
+                                xytext=(6, 3), fontsize=6.5, zorder=7)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(label)
@@ -509,7 +578,8 @@ def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None,
     if reuse_peers:
         with open(os.path.join(out_dir, "work_precision.json")) as f:
             saved = json.load(f)
-        points += [Point(**q) for q in saved["points"] if q["method"] != "ibflow.sweep"]
+        points += [Point(**q) for q in saved["points"]
+                   if q["method"] not in ("ibflow.sweep", DUAL_NEWTON)]
         machine["peers measured"] = saved["machine"].get("peers measured",
                                                          saved["machine"]["date (UTC)"])
     else:
@@ -527,7 +597,8 @@ def run(small: bool, out_dir: str, *, cap_s: float | None = None, log=None,
         f.write(md)
     with open(paths["json"], "w") as f:
         json.dump(dict(machine=machine, reference={k: v for k, v in ref.items() if k != "w"},
-                       points=[dataclasses.asdict(q) for q in points], processes=processes),
+                       points=[dataclasses.asdict(q) for q in points], processes=processes,
+                       roofline=roofline[0] if roofline else None),
                   f, indent=1)
     plot(points, paths["png"], f"Work–precision, {machine['problem']} ({machine['date (UTC)']})")
     return dict(points=points, ratios=ratios, markdown=md, paths=paths, reference=ref)

@@ -8,187 +8,143 @@ float64 (``jax_enable_x64``): limit points are compared at 1e-10 relative, which
 resolve.
 """
 
-import jax as _jax
-
-_jax.config.update("jax_enable_x64", True)
-
-from ._cache import enable_compilation_cache as _enable_compilation_cache  # noqa: E402
-
-_enable_compilation_cache()
-
-from . import data as data  # noqa: E402
-
-# -- Models and their capabilities --
-from ._models.base import (  # noqa: E402
-    AbstractLinearModel as AbstractLinearModel,
-    AbstractInvariantModel as AbstractInvariantModel,
-    AbstractModel as AbstractModel,
-    AbstractPredictorModel as AbstractPredictorModel,
-    AbstractReducibleModel as AbstractReducibleModel,
-)
-from ._models.diagonal import DiagonalNet as DiagonalNet  # noqa: E402
-from ._models.fully_connected import FullyConnectedNet as FullyConnectedNet  # noqa: E402
-from ._models.leaky_neuron import LeakyReLUNeuron as LeakyReLUNeuron  # noqa: E402
-from ._models.linear import LinearModel as LinearModel  # noqa: E402
-from ._models.two_layer import TwoLayerNet as TwoLayerNet  # noqa: E402
-from ._activations.base import (  # noqa: E402
-    AbstractActivation as AbstractActivation,
-    AbstractPiecewiseLinearActivation as AbstractPiecewiseLinearActivation,
-)
-from ._activations.relu import (  # noqa: E402
-    Absolute as Absolute,
-    Identity as Identity,
-    LeakyReLU as LeakyReLU,
-    ReLU as ReLU,
-)
-from ._activations.smooth import (  # noqa: E402
-    FunctionActivation as FunctionActivation,
-    Softplus as Softplus,
-    Tanh as Tanh,
-)
-from ._models.shallow import (  # noqa: E402
-    AbstractBiasDistribution as AbstractBiasDistribution,
-    GaussianBias as GaussianBias,
-    ShallowNet as ShallowNet,
-    UniformBias as UniformBias,
-)
-from ._models.classifier import TwoLayerClassifier as TwoLayerClassifier  # noqa: E402
-from ._models.cost import AbstractCostEstimate as AbstractCostEstimate  # noqa: E402
-
-# -- Losses --
-from ._losses import (  # noqa: E402
-    AbstractLoss as AbstractLoss,
-    ExponentialLoss as ExponentialLoss,
-    LogisticLoss as LogisticLoss,
-    SquareLoss as SquareLoss,
-)
-
-# -- Flows and mirror potentials --
-from ._flows.base import AbstractFlow as AbstractFlow  # noqa: E402
-from ._flows.gradient import GradientFlow as GradientFlow  # noqa: E402
-from ._flows.mirror import MirrorFlow as MirrorFlow  # noqa: E402
-from ._flows.warped import WarpedFlow as WarpedFlow  # noqa: E402
-from ._flows.loss_clock import LossClock as LossClock  # noqa: E402
-from ._potentials.base import AbstractPotential as AbstractPotential  # noqa: E402
-from ._potentials.cosh import CoshPotential as CoshPotential  # noqa: E402
-from ._potentials.cubic import CubicPotential as CubicPotential  # noqa: E402
-from ._potentials.function import FunctionPotential as FunctionPotential  # noqa: E402
-from ._potentials.mixture import MixturePotential as MixturePotential  # noqa: E402
-from ._potentials.polynomial import PolynomialPotential as PolynomialPotential  # noqa: E402
-from ._potentials.quadratic import QuadraticPotential as QuadraticPotential  # noqa: E402
-from ._potentials.quartic import QuarticPotential as QuarticPotential  # noqa: E402
-from ._potentials.scaling import (  # noqa: E402
-    AbstractScaling as AbstractScaling,
-    Unscaled as Unscaled,
-    WidthScaled as WidthScaled,
-)
-
-# -- The engine: integrate, formulations, one result and one status --
-from ._integrate import integrate as integrate  # noqa: E402
-from ._formulation import (  # noqa: E402
-    AbstractFormulation as AbstractFormulation,
-    ParameterSpace as ParameterSpace,
-    PreferReduction as PreferReduction,
-    Reduction as Reduction,
-)
-from ._solution import Solution as Solution, Trajectory as Trajectory  # noqa: E402
-from ._kinks.mode import EVENT_KINDS as EVENT_KINDS, KinkReport as KinkReport  # noqa: E402
-from ._tail.equilibrium import EquilibriumNewton as EquilibriumNewton  # noqa: E402
-from ._status import Status as Status  # noqa: E402
-
-# -- Discrete descent (Optax) for comparison --
-from ._discrete import (  # noqa: E402
-    DescentResult as DescentResult,
-    descend as descend,
-    mirror_descent as mirror_descent,
-)
-from ._classification.descent import gradient_descent as gradient_descent  # noqa: E402
-
-# -- Theory: regularizers, exact minimizer, Hessian-map test, NTK, interpolants --
-from ._interpolants import (  # noqa: E402
-    min_l1_interpolant as min_l1_interpolant,
-    min_l2_interpolant as min_l2_interpolant,
-)
-from ._theory.hessian_map import (  # noqa: E402
-    DiagonalInverseMetric as DiagonalInverseMetric,
-    HessianMapAsymmetry as HessianMapAsymmetry,
-    NeuronInverseMetric as NeuronInverseMetric,
-    hessian_map_asymmetry as hessian_map_asymmetry,
-    inverse_metric_field as inverse_metric_field,
-    predictor_inverse_metric as predictor_inverse_metric,
-    predictor_jacobian as predictor_jacobian,
-)
-from ._theory.ntk import (  # noqa: E402
-    ntk_outputs as ntk_outputs,
-    ntk_predictor as ntk_predictor,
-    ntk_rkhs_norm as ntk_rkhs_norm,
-    output_jacobian as output_jacobian,
-    tangent_kernel as tangent_kernel,
-)
-from ._theory.implicit_bias import (  # noqa: E402
-    NoExactRegularizer as NoExactRegularizer,
-    implicit_bias as implicit_bias,
-)
-from ._theory.minimizer import (  # noqa: E402
-    RegularizerMinimum as RegularizerMinimum,
-    minimize_regularizer as minimize_regularizer,
-)
-from ._theory.regularizers.base import (  # noqa: E402
-    AbstractLegendreRegularizer as AbstractLegendreRegularizer,
-    AbstractRegularizer as AbstractRegularizer,
-)
-from ._theory.regularizers.diagonal import DiagonalNetRegularizer as DiagonalNetRegularizer  # noqa: E402
-from ._theory.regularizers.l1 import L1Norm as L1Norm  # noqa: E402
-from ._theory.regularizers.leaky_neuron import LeakyNeuronRegularizer as LeakyNeuronRegularizer  # noqa: E402
-from ._theory.regularizers.quadratic import L2Norm as L2Norm, WeightedL2Norm as WeightedL2Norm  # noqa: E402
-from ._theory.regularizers.single_neuron import SingleNeuronRegularizer as SingleNeuronRegularizer  # noqa: E402
-
-# -- Mirror-flow variational problems --
-from ._variational.abs import abs_variational as abs_variational  # noqa: E402
-from ._variational.relu import relu_variational as relu_variational  # noqa: E402
-from ._variational.solution import VariationalSolution as VariationalSolution  # noqa: E402
-
-# -- Classification: flow in the loss clock and diagnostics --
-from ._classification.diagnostics import (  # noqa: E402
-    ClassifierDiagnostics as ClassifierDiagnostics,
-    KKTResidual as KKTResidual,
-    classifier_diagnostics as classifier_diagnostics,
-    kkt_residual as kkt_residual,
-    kkt_residuals as kkt_residuals,
-    normalized_margins as normalized_margins,
-    stable_rank as stable_rank,
-    trajectory_diagnostics as trajectory_diagnostics,
-)
-from ._classification.flow import classification_flow as classification_flow  # noqa: E402
-
-# -- Sweeps --
-from ._sweep.grid import Grid as Grid  # noqa: E402
-from ._sweep.order import (  # noqa: E402
-    AbstractOrder as AbstractOrder,
-    CostOrder as CostOrder,
-    GridOrder as GridOrder,
-    diagonal_plateau_cost as diagonal_plateau_cost,
-)
-from ._sweep.result import SweepResult as SweepResult, open_sweep as open_sweep  # noqa: E402
-from ._sweep.sweep import sweep as sweep  # noqa: E402
-
-# -- Differentiable limits --
-from ._differentiable.implicit import differentiable_minimize as differentiable_minimize  # noqa: E402
-from ._differentiable.limit import LimitPoint as LimitPoint, limit_point as limit_point  # noqa: E402
-from ._differentiable.optimize_shape import (  # noqa: E402
-    ShapeOptimization as ShapeOptimization,
-    optimize_shape as optimize_shape,
-)
-from ._differentiable.through_solve import solve_limit as solve_limit  # noqa: E402
+import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
 
-_DEPRECATED = {"MinimizerStatus": ("Status", lambda: Status),
-               "ClassificationSolution": ("Solution", lambda: Solution),
-               "ClassifierTrajectory": ("Trajectory", lambda: Trajectory)}
+
+def _enable_x64() -> None:
+    """float64 before any array exists: JAX reads ``JAX_ENABLE_X64`` when it is imported; if
+    it already is, its config is updated (what ``import ibflow`` did when it imported JAX)."""
+    if "jax" in _sys.modules:
+        _sys.modules["jax"].config.update("jax_enable_x64", True)
+    else:
+        _os.environ["JAX_ENABLE_X64"] = "1"
+
+
+_enable_x64()
+
+#: The public API: each name and the private module that defines it, imported on first
+#: access (PEP 562), so that `import ibflow` and the command line's --help need no JAX.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    # Models and their capabilities
+    "._models.base": (
+        "AbstractLinearModel", "AbstractInvariantModel", "AbstractModel", "AbstractPredictorModel",
+        "AbstractReducibleModel",
+    ),
+    "._models.diagonal": ("DiagonalNet",),
+    "._models.fully_connected": ("FullyConnectedNet",),
+    "._models.leaky_neuron": ("LeakyReLUNeuron",),
+    "._models.linear": ("LinearModel",),
+    "._models.two_layer": ("TwoLayerNet",),
+    "._activations.base": ("AbstractActivation", "AbstractPiecewiseLinearActivation"),
+    "._activations.relu": ("Absolute", "Identity", "LeakyReLU", "ReLU"),
+    "._activations.smooth": ("FunctionActivation", "Softplus", "Tanh"),
+    "._models.shallow": ("AbstractBiasDistribution", "GaussianBias", "ShallowNet", "UniformBias"),
+    "._models.classifier": ("TwoLayerClassifier",),
+    "._models.cost": ("AbstractCostEstimate",),
+    # Losses
+    "._losses": ("AbstractLoss", "ExponentialLoss", "LogisticLoss", "SquareLoss"),
+    # Flows and mirror potentials
+    "._flows.base": ("AbstractFlow",),
+    "._flows.gradient": ("GradientFlow",),
+    "._flows.mirror": ("MirrorFlow",),
+    "._flows.warped": ("WarpedFlow",),
+    "._flows.loss_clock": ("LossClock",),
+    "._potentials.base": ("AbstractPotential",),
+    "._potentials.cosh": ("CoshPotential",),
+    "._potentials.cubic": ("CubicPotential",),
+    "._potentials.function": ("FunctionPotential",),
+    "._potentials.mixture": ("MixturePotential",),
+    "._potentials.polynomial": ("PolynomialPotential",),
+    "._potentials.quadratic": ("QuadraticPotential",),
+    "._potentials.quartic": ("QuarticPotential",),
+    "._potentials.scaling": ("AbstractScaling", "Unscaled", "WidthScaled"),
+    # The engine: integrate, formulations, one result and one status
+    "._integrate": ("integrate",),
+    "._formulation": ("AbstractFormulation", "ParameterSpace", "PreferReduction", "Reduction"),
+    "._solution": ("Solution", "Trajectory"),
+    "._kinks.mode": ("EVENT_KINDS", "KinkReport"),
+    "._tail.equilibrium": ("EquilibriumNewton",),
+    "._status": ("Status",),
+    "._errors": ("FlowError",),
+    # Discrete descent (Optax) for comparison
+    "._discrete": ("DescentResult", "descend", "mirror_descent"),
+    "._classification.descent": ("gradient_descent",),
+    # Theory: regularizers, exact minimizer, Hessian-map test, NTK, interpolants
+    "._interpolants": ("min_l1_interpolant", "min_l2_interpolant"),
+    "._theory.hessian_map": (
+        "DiagonalInverseMetric", "HessianMapAsymmetry", "NeuronInverseMetric",
+        "hessian_map_asymmetry", "inverse_metric_field", "predictor_inverse_metric",
+        "predictor_jacobian",
+    ),
+    "._theory.ntk": (
+        "ntk_outputs", "ntk_predictor", "ntk_rkhs_norm", "output_jacobian", "tangent_kernel",
+    ),
+    "._theory.implicit_bias": ("NoExactRegularizer", "implicit_bias"),
+    "._theory.minimizer": ("RegularizerMinimum", "minimize_regularizer"),
+    "._theory.regularizers.base": ("AbstractLegendreRegularizer", "AbstractRegularizer"),
+    "._theory.regularizers.diagonal": ("DiagonalNetRegularizer",),
+    "._theory.regularizers.l1": ("L1Norm",),
+    "._theory.regularizers.leaky_neuron": ("LeakyNeuronRegularizer",),
+    "._theory.regularizers.quadratic": ("L2Norm", "WeightedL2Norm"),
+    "._theory.regularizers.single_neuron": ("SingleNeuronRegularizer",),
+    # Mirror-flow variational problems
+    "._variational.abs": ("abs_variational",),
+    "._variational.relu": ("relu_variational",),
+    "._variational.solution": ("VariationalSolution",),
+    # Classification: flow in the loss clock and diagnostics
+    "._classification.diagnostics": (
+        "ClassifierDiagnostics", "KKTResidual", "classifier_diagnostics", "kkt_residual",
+        "kkt_residuals", "normalized_margins", "stable_rank", "trajectory_diagnostics",
+    ),
+    "._classification.flow": ("classification_flow",),
+    # Sweeps
+    "._sweep.grid": ("Grid",),
+    "._sweep.order": ("AbstractOrder", "CostOrder", "GridOrder", "diagonal_plateau_cost"),
+    "._sweep.result": ("SweepResult", "open_sweep"),
+    "._sweep.sweep": ("sweep",),
+    # Differentiable limits
+    "._differentiable.implicit": ("differentiable_minimize",),
+    "._differentiable.limit": ("LimitPoint", "limit_point"),
+    "._differentiable.optimize_shape": ("ShapeOptimization", "optimize_shape"),
+    "._differentiable.through_solve": ("solve_limit",),
+}
+
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = ["FlowError", "__version__", "data", *sorted(set(_WHERE) - {"FlowError"})]
+_loaded = False
+
+
+def _load_jax() -> None:
+    """First use of a JAX-using name: float64 (again: the user may have turned it off) and the
+    persistent compilation cache (`ibflow._cache`), before anything of ibflow compiles."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from ._cache import enable_compilation_cache
+
+    enable_compilation_cache()
+
+
+_DEPRECATED = {"MinimizerStatus": ("Status", lambda: __getattr__("Status")),
+               "ClassificationSolution": ("Solution", lambda: __getattr__("Solution")),
+               "ClassifierTrajectory": ("Trajectory", lambda: __getattr__("Trajectory"))}
 
 
 def __getattr__(name):
+    import importlib.util
+
+    if name in _WHERE:
+        _load_jax()
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value  # later accesses are plain attribute reads
+        return value
     # Short deprecation path for names merged into the one result/status API.
     if name in _DEPRECATED:
         import warnings
@@ -197,4 +153,13 @@ def __getattr__(name):
         warnings.warn(f"ibflow.{name} is deprecated; use ibflow.{new}.", DeprecationWarning,
                       stacklevel=2)
         return get()
+    # A subpackage (ibflow.data) or a private module (ibflow._formulation), as before the
+    # imports were lazy.
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
+        _load_jax()
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'ibflow' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

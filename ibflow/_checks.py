@@ -2,7 +2,7 @@
 
 Concrete arrays are checked in Python and raise ``ValueError`` naming the problem. Traced values
 cannot be inspected at trace time, so the same check becomes an ``eqx.error_if`` runtime check
-(STYLE.md, "Errors").
+(docs/architecture.md, "Errors").
 """
 
 import contextlib
@@ -18,8 +18,9 @@ _ON_ERROR = contextvars.ContextVar("ibflow_on_error", default="default")
 
 @contextlib.contextmanager
 def traced_errors_as_nan():
-    """Within this context, a failed runtime check on a traced value returns NaN (the result's
-    status then says `nonfinite`) instead of raising through a host callback. Sweeps trace their
+    """Within this context, a failed runtime check on a traced value returns NaN where it
+    failed, elementwise, so only the failing member of a vmapped batch (its status then says
+    `nonfinite`), instead of raising through a host callback. Sweeps trace their
     batch in it: one bad member does not stop the batch, and a program without host callbacks
     can be stored in JAX's persistent compilation cache (one with them never is)."""
     token = _ON_ERROR.set("nan")
@@ -55,7 +56,13 @@ def as_array(x, dtype=None):
 def _check(x, bad_fn, message: str):
     """Raise ``ValueError(message)`` where ``bad_fn(x)`` holds; returns ``x`` (possibly wrapped)."""
     if is_traced(x):
-        return eqx.error_if(x, bad_fn(jnp.asarray(x)), message, on_error=_ON_ERROR.get())
+        bad = bad_fn(jnp.asarray(x))
+        if _ON_ERROR.get() == "nan" and jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            # Elementwise, so per member under vmap: `eqx.error_if(..., on_error="nan")` reduces
+            # its predicate over the whole batch (``unvmap_any``), which turned every member of
+            # a sweep chunk into NaN when one of them failed a check.
+            return jnp.where(bad, jnp.nan, x)
+        return eqx.error_if(x, bad, message, on_error=_ON_ERROR.get())
     if bool(np.any(bad_fn(np.asarray(x)))):
         raise ValueError(message)
     return x

@@ -13,6 +13,13 @@ Exit codes (README, "Guarantees"):
 
 Reference computations (the min-ℓ1/ℓ2 interpolants, the theory's minimizer) fail soft: when one
 cannot be computed the flow result is still printed, with that reference's error as a string.
+
+``--json`` prints strict JSON (RFC 8259): a non-finite number is written as the string
+``"inf"``, ``"-inf"`` or ``"nan"`` (``float()`` reads each back), never as the invalid bare
+``Infinity``/``NaN``. ``"time": "inf"`` is a limit reached at t = ∞ (a Newton tail).
+
+``--help``, ``--version`` and usage errors are answered before JAX is imported (this module and
+``ibflow/__init__`` import nothing heavy): JAX and the models load only to compute.
 """
 
 import argparse
@@ -30,27 +37,53 @@ class UsageError(Exception):
     """A user error found before computing: exit 2 with a one-line message."""
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to an option's help unless the help states its default itself
+    (options whose default is computed) or the option is a flag that is off by default."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line usage error (exit 2) instead of the usage block."""
+    """argparse with a one-line usage error (exit 2) instead of the usage block, and every
+    option's default in --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+#: Largest seed `jax.random.key` accepts (a signed 64-bit integer).
+MAX_SEED = 2**63 - 1
+
+
 # --- argument types: bad values are usage errors (exit 2) -----------------------------------
-def _int_at_least(low: int):
+def _int_at_least(low: int, high: int | None = None):
+    wanted = f"an integer >= {low}" + ("" if high is None else f" and <= {high}")
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}; got {text!r}") \
-                from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}; got {value}")
+            raise argparse.ArgumentTypeError(f"expected {wanted}; got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {wanted}; got {value}")
         return value
 
-    parse.__name__ = f"integer >= {low}"
+    parse.__name__ = wanted
     return parse
+
+
+def _progress_option(p):
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars on stderr (with the current loss and steps); default: "
+                        "on when stderr is a terminal, off when it is piped or redirected")
 
 
 def _float_where(test, description: str):
@@ -76,10 +109,11 @@ _slope = _float_where(lambda v: 0 < v <= 1, "a number in (0, 1]")
 def _flow_parser(sub):
     p = sub.add_parser(
         "flow", help="integrate one flow to its limit on a sparse-regression problem",
+        formatter_class=_Formatter,
         description="Integrate gradient flow from one initialization to its limit point on the "
-        "sparse-regression problem of THEORY §2.8 and report how it ended and where it landed: "
-        "a short summary by default, the full record with --json. Exit code 0: converged, "
-        "1: runtime failure, 2: usage error, 3: the flow did not converge.")
+        "sparse-regression problem of docs/theory §2.8 and report how it ended and where it "
+        "landed: a short summary by default, the full record with --json. Exit code 0: "
+        "converged, 1: runtime failure, 2: usage error, 3: the flow did not converge.")
     p.add_argument("--model", choices=["diagonal", "fc", "leaky"], default="diagonal",
                    help="diagonal linear net, fully connected linear net, or leaky-ReLU neuron")
     p.add_argument("--scale", type=_positive, default=1e-3, help="initialization scale α > 0")
@@ -93,22 +127,31 @@ def _flow_parser(sub):
     p.add_argument("--k", type=_int_at_least(1), default=5, help="teacher sparsity (<= d)")
     p.add_argument("--noise", type=_nonnegative, default=0.1,
                    help="label-noise standard deviation")
-    p.add_argument("--seed", type=_int_at_least(0), default=0,
+    p.add_argument("--seed", type=_int_at_least(0, MAX_SEED), default=0,
                    help="data and initialization seed")
     p.add_argument("--target-loss", type=_positive, default=None,
-                   help="stop when the loss is below")
+                   help="stop when the loss is below (default: 1e-24 × mean(y²)/2)")
     p.add_argument("--rtol", type=_positive, default=None,
-                   help="solver relative tolerance of the path (default: integrate's)")
+                   help="solver relative tolerance of the path (default: integrate's own)")
     p.add_argument("--max-steps", type=_int_at_least(1), default=100_000,
                    help="solver step budget")
-    p.add_argument("--method", choices=["auto", "parameters"], default="auto")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                   default=sys.stderr.isatty(),
-                   help="show the flow's progress (decades of loss towards the target) on "
-                        "stderr; default: on when stderr is a terminal")
+    p.add_argument("--method", choices=["auto", "parameters"], default="auto",
+                   help="auto: the model's closed-form reduction where it has one; "
+                        "parameters: the ODE in parameter space")
+    _progress_option(p)
     p.add_argument("--json", action="store_true",
-                   help="print the full record as one JSON object (and nothing else on stdout)")
+                   help="print the full record as one strict-JSON object (non-finite numbers "
+                        "as the strings \"inf\", \"-inf\", \"nan\") and nothing else on stdout")
     p.set_defaults(run=_run_flow)
+
+
+def _check_flow(args) -> None:
+    """Checks across options, before anything is imported or computed."""
+    if args.k > args.d:
+        raise UsageError(f"--k {args.k} exceeds --d {args.d} (the teacher's sparsity must be "
+                         "at most the dimension)")
+    if args.width > 1 and args.model != "fc":
+        raise UsageError("--width applies to --model fc only")
 
 
 def _build_problem(args):
@@ -118,15 +161,20 @@ def _build_problem(args):
 
     import ibflow
 
-    if args.k > args.d:
-        raise UsageError(f"--k {args.k} exceeds --d {args.d} (the teacher's sparsity must be "
-                         "at most the dimension)")
-    if args.width > 1 and args.model != "fc":
-        raise UsageError("--width applies to --model fc only")
+    from ._models.leaky_neuron import leaky_relu
+
     key_data, key_init = jax.random.split(jax.random.key(args.seed))
     data = ibflow.data.sparse_regression(key_data, n=args.n, d=args.d, k=args.k,
                                          noise=args.noise)
     y = data.y
+    # The default target and the status are relative to mean(y²)/2: labels whose square
+    # overflows float64 leave nothing to converge to (and would be blamed on target_loss).
+    with np.errstate(over="ignore"):
+        mean_square = 0.5 * np.mean(np.square(np.asarray(y)))
+    if not np.isfinite(mean_square):
+        raise UsageError(f"--noise {args.noise:g} makes the labels' mean square overflow "
+                         "float64 (label noise of that size leaves no finite loss); use a "
+                         "smaller --noise")
     if args.model == "diagonal":
         model = ibflow.DiagonalNet.from_scale_shape(args.scale, args.shape, dim=args.d)
     elif args.model == "fc":
@@ -135,9 +183,8 @@ def _build_problem(args):
     else:
         model = ibflow.LeakyReLUNeuron.from_scale_shape(
             args.scale, args.shape, dim=args.d, slope=args.slope, key=key_init)
-        sign = float(np.sign(model.a))  # realizable targets for this sign (THEORY §2.5)
-        y = sign * ibflow._models.leaky_neuron.leaky_relu(sign * (data.X @ data.w_star),
-                                                          args.slope)
+        sign = float(np.sign(model.a))  # realizable targets for this sign ([§2.5][theory-2-5])
+        y = sign * leaky_relu(sign * (data.X @ data.w_star), args.slope)
     return data, model, y
 
 
@@ -175,14 +222,16 @@ def _references(args, data, y, model, sol) -> tuple[dict, dict]:
                                f"{ibflow.Status[m.status]}")
         return m.w
 
-    for name, compute in (("min_l1", lambda: ibflow.min_l1_interpolant(data.X, y)),
-                          ("min_l2", lambda: ibflow.min_l2_interpolant(data.X, y)),
-                          ("theory", theory)):
-        try:
-            distances[name] = rel(compute())
-        except Exception as e:  # noqa: BLE001  a reference failing must not lose the flow result
-            distances[name] = None
-            errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite results are reported
+        for name, compute in (("min_l1", lambda: ibflow.min_l1_interpolant(data.X, y)),
+                              ("min_l2", lambda: ibflow.min_l2_interpolant(data.X, y)),
+                              ("theory", theory)):
+            try:
+                distances[name] = rel(compute())
+            # A reference failing must not lose the flow result.
+            except Exception as e:  # noqa: BLE001
+                distances[name] = None
+                errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return distances, errors
 
 
@@ -192,7 +241,9 @@ def _run_flow(args) -> int:
 
     import ibflow
 
+    from . import _progress
     from ._checks import square_loss_floor
+    from ._formulation import METHODS
 
     try:
         data, model, y = _build_problem(args)
@@ -203,11 +254,13 @@ def _run_flow(args) -> int:
         atol = None if args.rtol is None else args.rtol * 1e-4
         sol = ibflow.integrate(model, data.X, y, target_loss=args.target_loss, rtol=args.rtol,
                                atol=atol, max_steps=args.max_steps,
-                               formulation=ibflow._formulation.METHODS[args.method],
-                               progress=args.progress, throw=False)
+                               formulation=METHODS[args.method], progress=args.progress,
+                               throw=False)
         jax.block_until_ready(sol)
     except ValueError as e:  # option validation, before any computation
         return _usage(args, e)
+    finally:
+        _progress.close_open_bars()  # before anything else is printed
     elapsed = time.perf_counter() - start
     distances, errors = _references(args, data, y, model, sol)
     # Large cancelling terms (α ≫ 1) can leave the predictor as rounding noise: below this floor
@@ -233,10 +286,34 @@ def _run_flow(args) -> int:
         report |= {"switches": int(sol.kinks.switches), "slides": int(sol.kinks.slides),
                    "sliding_time": float(sol.kinks.sliding_time)}
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(_json(report))
     else:
         print(_summary(report))
     return EXIT_OK if report["converged"] and trustworthy else EXIT_NOT_CONVERGED
+
+
+def _strict(value):
+    """`value` with every non-finite float replaced by "inf", "-inf" or "nan" (strict JSON)."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    return value
+
+
+def _json(record) -> str:
+    """Strict JSON (no bare Infinity/NaN: `allow_nan=False` fails on any left over)."""
+    return json.dumps(_strict(json.loads(json.dumps(record, default=_plain))), indent=2,
+                      allow_nan=False)
+
+
+def _plain(value):
+    """numpy scalars and arrays (reproduction summaries) as Python numbers and lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return float(value)
 
 
 def _status_name(status) -> str:
@@ -257,9 +334,9 @@ def _summary(r: dict) -> str:
         ("status", f"{r['status_name']}: {r['status']}"),
         ("loss", f"{r['final_loss']:.3e} (target {r['target_loss']:.3e})"),
         ("steps", f"{r['steps']}"),
-        # Steps taken at clock 0 are Newton's (a path step advances the clock): the limit.
-        ("time", ("t = ∞: the limit, by Newton on the dual from t = 0" if r["time"] == 0
-                  and r["steps"] > 0 and r["converged"] else f"t = {r['time']:.3e}")
+        # A Newton tail jumps to the limit: reached at t = ∞.
+        ("time", ("t = ∞: the limit, by Newton on the equilibrium equation"
+                  if r["time"] == math.inf else f"t = {r['time']:.3e}")
          + f" (wall {r['wall_seconds']:.2f} s)"),
         ("distance", f"to min-ℓ1 {_fmt(r['rel_distance_to_min_l1'])}   "
                      f"to min-ℓ2 {_fmt(r['rel_distance_to_min_l2'])}   "
@@ -279,6 +356,13 @@ def _summary(r: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def _usage(args, error) -> int:
     print(f"ibflow {args.command}: error: {str(error).splitlines()[0]}", file=sys.stderr)
     return EXIT_USAGE
@@ -286,16 +370,26 @@ def _usage(args, error) -> int:
 
 def _reproduce_parser(sub):
     p = sub.add_parser("reproduce", help="reproduce a published figure (--list to see them)",
-                       description="Write a figure (PNG) and the data behind it.")
-    p.add_argument("name", nargs="?", help="which reproduction")
-    p.add_argument("--list", action="store_true", help="list the reproductions")
+                       description="Write a figure (PNG) and the data behind it.",
+                       formatter_class=_Formatter)
+    p.add_argument("name", nargs="?", help="which reproduction (see --list)")
+    p.add_argument("--list", action="store_true",
+                   help="list the reproductions with the default run's time")
     p.add_argument("--full", action="store_true", help="the paper's settings (slower)")
     p.add_argument("--out", type=Path, default=None,
                    help="output directory: the files are written directly in it (default: "
                    "./ibflow-results/NAME)")
+    _progress_option(p)
     p.add_argument("--json", action="store_true",
-                   help="print the summary as one JSON object (and nothing else on stdout)")
+                   help="print the summary as one strict-JSON object (non-finite numbers as "
+                        "strings) and nothing else on stdout")
     p.set_defaults(run=_run_reproduce)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"~{seconds:.0f} s" if seconds < 90 else f"~{seconds / 60:.0f} min"
 
 
 def _run_reproduce(args) -> int:
@@ -303,8 +397,10 @@ def _run_reproduce(args) -> int:
     from ._reproduce.registry import output_dir
 
     if args.list:
+        print(f"{'name':<16} {'default run':>11}  what (times: 2-core CPU, first run, "
+              "compilation included)")
         for r in REPRODUCTIONS.values():
-            print(f"{r.name:<18} {r.help}")
+            print(f"{r.name:<16} {_duration(r.seconds):>11}  {r.help}")
         return EXIT_OK
     if not args.name:
         return _usage(args, UsageError("name a reproduction (ibflow reproduce --list lists "
@@ -318,12 +414,13 @@ def _run_reproduce(args) -> int:
     except OSError as e:
         return _usage(args, UsageError(f"--out {out}: cannot create the directory ({e})"))
     start = time.perf_counter()
-    summary = REPRODUCTIONS[args.name].run(out, args.full)
+    summary = REPRODUCTIONS[args.name].run(out, args.full, args.progress)
     summary = {"reproduction": args.name, "full": args.full, "output": str(out),
                "wall_seconds": round(time.perf_counter() - start, 2), **summary}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    text = _json(summary)
+    (out / "summary.json").write_text(text)
     if args.json:
-        print(json.dumps(summary, indent=2, default=float))
+        print(text)
     else:
         print(f"{args.name}: wrote {out} (summary.json, figure and data) in "
               f"{summary['wall_seconds']:.1f} s")
@@ -333,17 +430,27 @@ def _run_reproduce(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 1 failure, 2 usage, 3 not
     converged)."""
+    from . import __version__
+
     parser = _Parser(
         prog="ibflow", description="Exact implicit-bias flows: integrate training dynamics to "
         "their limit points and compare them with the theory's regularizers. Exit codes: 0 "
         "success, 1 runtime failure, 2 usage error, 3 the flow did not converge.")
+    parser.add_argument("--version", action="version", version=f"ibflow {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _flow_parser(sub)
     _reproduce_parser(sub)
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # --help (0) and usage errors (2)
+    except SystemExit as e:  # --help, --version (0) and usage errors (2)
         return int(e.code or 0)
+    if args.progress is None:  # bars only where a person watches them
+        args.progress = _is_terminal(sys.stderr)
+    try:
+        if args.command == "flow":
+            _check_flow(args)
+    except UsageError as e:
+        return _usage(args, e)
     try:
         return args.run(args)
     except KeyboardInterrupt:

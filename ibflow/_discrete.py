@@ -12,13 +12,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 
 from . import _checks
 from ._losses import AbstractLoss, SquareLoss
 from ._models.base import AbstractModel
 from ._potentials.base import AbstractPotential
 from ._potentials.scaling import AbstractScaling, Unscaled
+from ._result import AbstractResult
+from ._solution import Trajectory
 from ._status import Status
 
 
@@ -35,8 +37,9 @@ def mirror_descent(
     `MirrorFlow` (centred at the parameters passed to ``init``), inverted elementwise.
 
     It is the step-η discretization of ``MirrorFlow(potential, scaling=..., learning_rate=1)``
-    in the mirror coordinates (THEORY §1 [AZ-eq-IMD]); for a model linear in its parameters every
-    iterate satisfies ``∇Φ(θ_k) − ∇Φ(θ_0) ∈ range(Xᵀ)``, so its limit is the same Bregman
+    in the mirror coordinates ([THEORY §1][theory-1] [AZ-eq-IMD][theory-az-eq-imd]); for a model
+    linear in its parameters every iterate satisfies ``∇Φ(θ_k) − ∇Φ(θ_0) ∈ range(Xᵀ)``, so its limit
+    is the same Bregman
     projection as the flow's, and the path differs by O(η).
     """
     if not isinstance(potential, AbstractPotential):
@@ -60,8 +63,8 @@ def mirror_descent(
     return optax.GradientTransformation(init, update)
 
 
-class DescentResult(eqx.Module):
-    """Result of `descend`.
+class DescentResult(AbstractResult):
+    """Result of `descend` and of `gradient_descent` (the discrete counterpart of a `Solution`).
 
     **Fields:**
     - `model`: the final model.
@@ -72,6 +75,8 @@ class DescentResult(eqx.Module):
     - `status`: ``Status.converged`` if a `target_loss` was given and the final loss is at or below
       it; otherwise ``Status.nonfinite`` if the final loss is not finite, else
       ``Status.budget_exhausted`` (a descent without a target has no criterion to meet).
+    - `trajectory`: a `Trajectory` of the models at the saved steps (`gradient_descent`), or
+      None (`descend`).
     """
 
     model: AbstractModel
@@ -79,10 +84,7 @@ class DescentResult(eqx.Module):
     loss: Float[Array, ""]
     steps: Int[Array, ""]
     status: Status
-
-    @property
-    def converged(self) -> Bool[Array, ""]:
-        return self.status == Status.converged
+    trajectory: Trajectory | None = None
 
 
 class _Descent(eqx.Module):
@@ -186,9 +188,14 @@ def _descend(model, X, y, optimizer, num_steps, loss, target_loss):
         return loss(jax.vmap(eqx.combine(p, static))(X), y)
 
     run = descent_loop(loss_of, params, optimizer, num_steps=num_steps, target_loss=target_loss)
-    final = loss_of(run.params)
+    return descent_result(run, loss_of(run.params), static, target_loss)
+
+
+def descent_result(run: _Descent, final: Float[Array, ""], static, target_loss,
+                   trajectory: Trajectory | None = None) -> DescentResult:
+    """The `DescentResult` of a `descent_loop` run, its final loss and the model's static part."""
     status = Status.budget_exhausted if target_loss is None else Status.where(
         final <= target_loss, Status.converged, Status.budget_exhausted)
     status = Status.where(jnp.isfinite(final), status, Status.nonfinite)
     return DescentResult(model=eqx.combine(run.params, static), losses=run.losses, loss=final,
-                         steps=run.steps, status=status)
+                         steps=run.steps, status=status, trajectory=trajectory)

@@ -3,13 +3,14 @@ clocks, sweep members, solve-route gradients) goes through `solve`.
 
 A solve runs up to two phases: an explicit Diffrax ``diffeqsolve`` stopped by the event
 ``loss ≤ stop`` (never at a guessed horizon) until the loss falls below
-``stiff_switch · loss_scale``, then the tail to the target (THEORY §8.1): Newton to the
-equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else an
+``stiff_switch · loss_scale``, then the tail to the target ([THEORY §8.1][theory-8-1]): Newton to
+the equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else an
 implicit Runge–Kutta ``diffeqsolve`` whose stage equations use the dynamics' structured Jacobian
 (`StructuredChord`): dense closed form for reductions, low rank by Woodbury in parameter space,
-so no p × p matrix is formed. Switching dynamics (piecewise-linear models, THEORY §8.2) run
-each phase segment by segment, switch to switch (`ibflow._kinks.solve_segments`). One step
-budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
+so no p × p matrix is formed. Switching dynamics (piecewise-linear models,
+[THEORY §8.2][theory-8-2]) run each phase segment by segment, switch to switch
+(`ibflow._kinks.solve_segments`). One step budget (`max_steps`) covers both phases; a stalled clock
+ends a phase early.
 """
 
 import diffrax as dfx
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from ._dynamics.base import AbstractDynamics
+from ._errors import check_result
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.segments import DEFAULT_MAX_SWITCHES, observe_saved, solve_segments
 from ._progress import LossProgress
@@ -119,6 +121,12 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
         return _Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
                       saved=saved, kinks=(mode, report), proposed_dt=dt)
 
+    # A start that already meets the stop level (y ≡ 0; a target the initial model fits): the
+    # phase is empty and converged. Diffrax's event fires on a crossing, which never comes, so
+    # the solve used to run its whole step budget.
+    met = dynamics.loss(state) <= stop_at
+    t1 = jnp.where(met, c0, t1)
+
     def stop(c, y, args, **kwargs):
         value = dynamics.loss(y)
         if progress is not None:
@@ -138,7 +146,7 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
         saveat=dfx.SaveAt(subs=subs, controller_state=True), max_steps=options.max_steps,
         throw=False, adjoint=options.adjoint)
     last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
-    status = Status.where(sol.controller_state.stiff, Status.converged,
+    status = Status.where(sol.controller_state.stiff | met, Status.converged,
                           _phase_status(sol.result))
     return _Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
                   accepted=sol.stats["num_accepted_steps"], status=status,
@@ -159,9 +167,11 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress):
                                                  stop_at=options.target_loss, budget=budget,
                                                  tail=tail, run=run)
         if progress is not None:
-            progress.update(dynamics.loss(state))
-        return _Phase(state=state, clock=first.clock, steps=iterations, accepted=iterations,
-                      status=_phase_status(result), saved=first.saved)
+            progress.update(dynamics.loss(state), steps=first.steps + iterations)
+        # Newton jumps to the limit, reached at t = ∞ (Solution.time and clock).
+        return _Phase(state=state, clock=jnp.where(run & (iterations > 0), jnp.inf, first.clock),
+                      steps=iterations,
+                      accepted=iterations, status=_phase_status(result), saved=first.saved)
     # Through kinks, the tail starts with the step the explicit phase would have taken next
     # (stability-limited there, so small for an implicit method, which grows it; Diffrax's own
     # selection costs two field evaluations and started smaller still).
@@ -218,7 +228,7 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
         elif saved is not None:
             saved = phase.saved
     if progress is not None:
-        progress.close()
+        progress.close(steps)  # the bar ends on the step count `Solution.steps` reports
     if saved is not None and phase.kinks is not None:
         saved = observe_saved(saved, options.save_at, _observe(dynamics))
     model = dynamics.model(phase.state)
@@ -228,17 +238,13 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
         time_t, loss_t, models_t, predictor_t, invariants_t = saved
         trajectory = Trajectory(ts=options.save_at, time=time_t, loss=loss_t, models=models_t,
                                 predictor=predictor_t, invariants=invariants_t)
-    out = Solution(model=model, loss=loss, time=dynamics.time(phase.clock, phase.state),
+    time = jnp.where(jnp.isinf(phase.clock), jnp.inf, dynamics.time(phase.clock, phase.state))
+    out = Solution(model=model, loss=loss, time=time,
                    clock=phase.clock, steps=steps, accepted_steps=accepted,
                    status=_status(status, loss, options.target_loss),
                    target_loss=options.target_loss, trajectory=trajectory,
                    kinks=None if phase.kinks is None else phase.kinks[1])
-    out = with_predictor(out)
-    if options.throw:
-        out = eqx.error_if(out, out.status != Status.converged,
-                           "the flow did not converge (see Solution.status; pass throw=False to "
-                           "get the Solution anyway).")
-    return out
+    return with_predictor(out)  # `throw` is checked by `solve`, outside the compiled program
 
 
 # --- dispatch ------------------------------------------------------------------------------
@@ -301,5 +307,11 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     ``grad``."""
     args = (dynamics, options)
     skeleton = _Skeleton(args)
-    out = _compiled(_arrays(args), skeleton)
-    return _RESULTS[skeleton].fill(out)
+    arrays = _compiled(_arrays(args), skeleton)  # traces (and records _RESULTS) first
+    out = _RESULTS[skeleton].fill(arrays)
+    if options.throw:
+        # Concrete result: one `FlowError` naming the status; inside a trace: eqx.error_if.
+        out = check_result(out, what="the flow", traced_message=(
+            "the flow did not converge (see Solution.status; pass throw=False to get the "
+            "Solution anyway)."))
+    return out

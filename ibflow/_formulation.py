@@ -47,8 +47,9 @@ class ParameterSpace(AbstractFormulation):
     **Fields:**
     - `kinks` (default True): for piecewise-linear models (`AbstractPiecewiseLinearModel`:
       leaky-ReLU neuron, `ShallowNet`, ...), locate every activation switch as an event and
-      follow Filippov sliding modes exactly (THEORY §8.2, `Solution.kinks` reports them).
-      False integrates the model as if it were smooth (autodiff's one-sided slope at 0), where
+      follow Filippov sliding modes exactly ([THEORY §8.2][theory-8-2], `Solution.kinks` reports
+      them). False integrates the model as if it were smooth (autodiff's one-sided slope at 0),
+      where
       an adaptive solver chatters on a sliding mode until its budget or stall test stops it.
     - `max_sliding_rows` (default 32): most examples sliding at once on one neuron (each
       neuron's multiplier system has at most this many rows); more ends the solve with
@@ -63,8 +64,8 @@ class ParameterSpace(AbstractFormulation):
 
 
 class Reduction(AbstractFormulation):
-    """The model's closed-form reduction (e.g. the diagonal net's n-dim ODE, THEORY §2.3);
-    a ValueError when the model offers none for this flow and loss.
+    """The model's closed-form reduction (e.g. the diagonal net's n-dim ODE,
+    [THEORY §2.3][theory-2-3]); a ValueError when the model offers none for this flow and loss.
 
     **Fields:** `kinks` (default True) and `max_sliding_rows` as for `ParameterSpace`, for
     reductions of piecewise-linear models that run through their kinks (the two-layer

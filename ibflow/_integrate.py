@@ -26,7 +26,7 @@ from ._tail.equilibrium import EquilibriumNewton
 
 #: Default convergence threshold, relative to the loss of the zero predictor ``mean(y²)/2``.
 #: The loss falls exponentially at the end, so a tight target costs few steps; at 1e-24 the
-#: remaining distance to the limit is ~1e-12 of ‖y‖ on the problems of THEORY §2.8.
+#: remaining distance to the limit is ~1e-12 of ‖y‖ on the problems of [THEORY §2.8][theory-2-8].
 DEFAULT_RELATIVE_TARGET = 1e-24
 #: Default path tolerances of the explicit phase.
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-10, 1e-14
@@ -49,6 +49,19 @@ DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL = 1e-6, 1e-10
 DEFAULT_STIFF_SWITCH, DEFAULT_NEWTON_SWITCH = 1e-8, 1.0
 #: The clock's horizon when no time budget (`t_max`) is given: the solve ends on the loss event.
 DEFAULT_T_MAX = 1e14
+
+
+#: The scalar float options and their ranges (`_option`'s keywords); a sweep validates its
+#: option axes with the same rules before anything runs.
+FLOAT_OPTIONS = {"target_loss": {"allow_zero": True}, "rtol": {"positive": True},
+                 "atol": {"allow_zero": True}, "stiff_switch": {"positive": True},
+                 "t_max": {"positive": True}, "dt0": {"positive": True}}
+
+
+def check_option(name: str, value) -> None:
+    """Raise ValueError naming `name` unless `value` is a valid concrete value of the float
+    option `name` (`FLOAT_OPTIONS`)."""
+    _option(value, name, **FLOAT_OPTIONS[name])
 
 
 def _option(value, name, *, positive=False, allow_zero=False):
@@ -75,6 +88,32 @@ def _option(value, name, *, positive=False, allow_zero=False):
     if allow_zero:
         array = _checks._check(array, lambda a: a < 0, f"{name} must be >= 0.")
     return array
+
+
+def _save_at(save_at, t_max):
+    """`save_at` as a float array of strictly increasing clock values in [0, t_max] (the clock
+    starts at 0; a time outside would be labelled with the requested time but hold the state
+    at 0 or at t_max), refused by name before anything compiles."""
+    save_at = _checks.real_array(save_at, "save_at", ndim=1)
+    save_at = _checks.finite(_checks.as_array(save_at, float), "save_at")
+    horizon = DEFAULT_T_MAX if t_max is None else t_max
+    if _checks.is_traced(save_at) or _checks.is_traced(horizon):
+        save_at = _checks._check(save_at, lambda a: (a < 0) | (a > horizon),
+                                 "save_at must lie in [0, t_max].")
+        return _checks._check(save_at, lambda a: jnp.concatenate(
+            [jnp.zeros(1, bool), a[1:] <= a[:-1]]), "save_at must be strictly increasing.")
+    times = np.asarray(save_at)
+    if np.any(np.diff(times) <= 0):
+        raise ValueError(f"save_at must be strictly increasing; got {times.tolist()[:8]}"
+                         f"{' ...' if times.size > 8 else ''}.")
+    if times[0] < 0:
+        raise ValueError(f"save_at must be >= 0 (the flow's clock starts at 0); got "
+                         f"{times[0]!r}.")
+    if times[-1] > float(horizon):
+        limit = "t_max" if t_max is not None else "the default horizon DEFAULT_T_MAX"
+        raise ValueError(f"save_at has a time ({times[-1]!r}) beyond {limit} = "
+                         f"{float(horizon)!r}: the flow is not integrated that far.")
+    return save_at
 
 
 def _max_steps(max_steps):
@@ -112,8 +151,14 @@ def _check_model(model, X):
     if not isinstance(model, eqx.Module) or not callable(model):
         raise ValueError(f"model must be an Equinox module with __call__(x) -> scalar; got "
                          f"{type(model).__name__}.")
-    if not jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array)):
+    trained = jax.tree_util.tree_leaves_with_path(eqx.filter(model, eqx.is_inexact_array))
+    if not trained:
         raise ValueError("model has no trainable (floating-point array) parameters.")
+    for path, leaf in trained:
+        if jnp.iscomplexobj(leaf):
+            raise ValueError(f"model parameter model{jax.tree_util.keystr(path)} is complex "
+                             f"({leaf.dtype}); ibflow trains real parameters only (split a "
+                             "complex parameter into its real and imaginary parts).")
     predictor = _predictor_shape(model)
     if predictor is not None and predictor != X.shape[1:]:
         raise ValueError(f"the model has input dimension {predictor[0]} but X has "
@@ -252,7 +297,7 @@ def integrate(
       limit then does not depend on the path and the tolerance only sets the accuracy of the
       switch time (the limit's accuracy is the target's; see `DEFAULT_NEWTON_RTOL`).
     - `stiff_solver`, `stiff_switch` > 0: the last phase of a flow is stiff (the tangent
-      kernel's eigenvalues spread over many decades, THEORY §8.1), so once
+      kernel's eigenvalues spread over many decades, [THEORY §8.1][theory-8-1]), so once
       ``L ≤ stiff_switch · mean(y²)/2`` (and not before the target) the solve continues with
       `stiff_solver` (default `stiff_switch`: 1e-8, or 1 with the Newton tail). With the
       default level and an implicit tail, the tail also starts as soon as the explicit phase
@@ -281,16 +326,17 @@ def integrate(
       slowly runs until the budget (piecewise-linear models do not chatter: see Kinks below).
     - `save_at`: increasing clock values at which to record the `Trajectory`.
     - `formulation`: `PreferReduction()` (default: a closed-form reduction when the model
-      offers one, e.g. the diagonal net's n-dim ODE of THEORY §2.3), `ParameterSpace()` or
-      `Reduction()`. `method` ("auto" | "parameters" | "reduced") is its deprecated spelling.
+      offers one, e.g. the diagonal net's n-dim ODE of [THEORY §2.3][theory-2-3]),
+      `ParameterSpace()` or `Reduction()`. `method` ("auto" | "parameters" | "reduced") is its
+      deprecated spelling.
     - `throw`: raise if the flow did not converge. With ``False`` the status says what happened.
     - `dt0` > 0: the first step size (None lets Diffrax choose it).
     - `adjoint`: reverse-mode differentiation through the solve, e.g.
       ``diffrax.RecursiveCheckpointAdjoint(checkpoints=c)``.
     - `progress`: show a progress bar (decades of loss towards the target) on stderr.
     - `max_switches` ≥ 1: for piecewise-linear models (ReLU-type activations, integrated
-      through their kinks, THEORY §8.2), the budget of switching events (crossings, slide
-      entries and exits); more ends with `Status.unresolved_switching`.
+      through their kinks, [THEORY §8.2][theory-8-2]), the budget of switching events (crossings,
+      slide entries and exits); more ends with `Status.unresolved_switching`.
 
     **Kinks.** For an `AbstractPiecewiseLinearModel` (`LeakyReLUNeuron`, `ShallowNet`, ...),
     each pre-activation's crossing of 0 is located as an event; the solve restarts there with
@@ -317,16 +363,17 @@ def integrate(
     if not isinstance(throw, bool) or not isinstance(progress, bool):
         raise ValueError("throw and progress must be True or False.")
     # On the host when y is concrete (an eager jnp reduction dispatches: ~0.1 ms).
-    loss_scale = (0.5 * jnp.mean(y**2) if _checks.is_traced(y)
-                  else np.asarray(0.5 * np.mean(np.asarray(y) ** 2)))
+    with np.errstate(over="ignore"):  # an overflow is refused just below, naming y
+        loss_scale = (0.5 * jnp.mean(y**2) if _checks.is_traced(y)
+                      else np.asarray(0.5 * np.mean(np.asarray(y) ** 2)))
+    if not _checks.is_traced(loss_scale) and not np.isfinite(loss_scale):
+        raise ValueError(f"y is too large for float64: mean(y²)/2 overflows (max |y| = "
+                         f"{float(np.max(np.abs(np.asarray(y)))):.3g}); rescale y.")
     default_target = target_loss is None
     if target_loss is None:
         target_loss = DEFAULT_RELATIVE_TARGET * loss_scale
     if save_at is not None:
-        save_at = _checks.as_array(save_at, float)
-        if save_at.ndim != 1 or save_at.shape[0] == 0:
-            raise ValueError("save_at must be a non-empty 1-d array of increasing times.")
-        save_at = _checks.finite(save_at, "save_at")
+        save_at = _save_at(save_at, t_max)
     formulation = _formulation(method, formulation)
     # Through the class: a bound method of a module is a module built at each access (~35 µs).
     dynamics = type(formulation).dynamics(formulation, model, X, y, flow, loss)
@@ -334,12 +381,15 @@ def integrate(
     watch_stiffness = stiff_switch is None  # an explicit level is the level
     rtol, atol, stiff_switch = _path_defaults(rtol, atol, stiff_switch, tail)
     options = SolveOptions(
-        rtol=_option(rtol, "rtol", positive=True), atol=_option(atol, "atol", allow_zero=True),
-        target_loss=_option(target_loss, "target_loss", allow_zero=True),
-        stiff_switch=_option(stiff_switch, "stiff_switch", positive=True),
+        rtol=_option(rtol, "rtol", **FLOAT_OPTIONS["rtol"]),
+        atol=_option(atol, "atol", **FLOAT_OPTIONS["atol"]),
+        target_loss=_option(target_loss, "target_loss", **FLOAT_OPTIONS["target_loss"]),
+        stiff_switch=_option(stiff_switch, "stiff_switch", **FLOAT_OPTIONS["stiff_switch"]),
         loss_scale=loss_scale,
-        t_max=_option(DEFAULT_T_MAX if t_max is None else t_max, "t_max", positive=True),
-        dt0=None if dt0 is None else _option(dt0, "dt0", positive=True), save_at=save_at,
+        t_max=_option(DEFAULT_T_MAX if t_max is None else t_max, "t_max",
+                      **FLOAT_OPTIONS["t_max"]),
+        dt0=None if dt0 is None else _option(dt0, "dt0", **FLOAT_OPTIONS["dt0"]),
+        save_at=save_at,
         solver=_solver(solver, "solver"), stiff_solver=tail,
         adjoint=adjoint, max_steps=_max_steps(max_steps), throw=throw, progress=progress,
         max_switches=_checks.switch_budget(max_switches), watch_stiffness=watch_stiffness)

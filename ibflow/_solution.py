@@ -5,6 +5,7 @@ import jax
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from ._models.base import AbstractInvariantModel, AbstractPredictorModel
+from ._result import AbstractResult
 from ._status import Status
 
 
@@ -30,7 +31,7 @@ class Trajectory(eqx.Module):
         return jax.numpy.isfinite(self.loss)
 
 
-class Solution(eqx.Module):
+class Solution(AbstractResult):
     """The end of a flow: final model and the facts needed to trust it.
 
     **Fields:**
@@ -61,10 +62,6 @@ class Solution(eqx.Module):
     trajectory: Trajectory | None
     predictor: Float[Array, " d"] | None = None
     kinks: eqx.Module | None = None
-
-    @property
-    def converged(self) -> Bool[Array, ""]:
-        return self.status == Status.converged
 
 
 def with_predictor(solution: Solution) -> Solution:

@@ -149,7 +149,7 @@ DAMAGE = {"garbage": _garbage, "truncated-half": _truncate_half,
           "permuted-index": _permuted, "npy-not-npz": _npy_not_npz}
 MESSAGES = {"stale-other-grid": "another sweep", "copied-over-another": "other members",
             "permuted-index": "other members", "missing-field": "holds fields",
-            "wrong-length": "length", "no-config-hash": "no config hash"}
+            "wrong-length": "shape", "no-config-hash": "no config hash"}
 
 
 @pytest.mark.parametrize("chunk", [0, 2])
@@ -317,11 +317,11 @@ def test_config_hash_sees_every_entry_of_a_large_array():
     a, b = np.zeros(5000), np.zeros(5000)
     b[2500] = 1e-300
     assert repr(a) == repr(b)
-    from ibflow._sweep import plan
+    from ibflow._sweep.identity import describe, digest
 
-    assert plan.source_fingerprint(Teacher(a)) != plan.source_fingerprint(Teacher(b))
-    assert plan.tree_fingerprint({"x": a}) != plan.tree_fingerprint({"x": b})
-    assert plan.tree_fingerprint({"x": a}) == plan.tree_fingerprint({"x": a.copy()})
+    assert digest(describe(Teacher(a))) != digest(describe(Teacher(b)))
+    assert digest(describe({"x": a})) != digest(describe({"x": b}))
+    assert digest(describe({"x": a})) == digest(describe({"x": a.copy()}))
 
 
 class Reversed(ibflow.AbstractOrder):

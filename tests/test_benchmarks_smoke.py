@@ -132,6 +132,27 @@ def test_work_precision_reduced_ode_matches_parameter_ode():
     np.testing.assert_allclose(out[0], out[1], rtol=1e-8, atol=1e-10)
 
 
+def test_work_precision_dual_newton_peer_meets_the_constraint_at_the_theorem_1_point():
+    """The hand-written dual Newton peer returns an interpolant (Xw = y) of the form
+    ``w = (k/2) sinh(Xᵀν)`` (Theorem 1's stationarity: w's arsinh is in range Xᵀ), checked with
+    scipy's least squares, independently of its own iteration."""
+    import numpy as np
+
+    from benchmarks import wp_peers
+
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(6, 15)), rng.normal(size=6)
+    alpha, shape = 1e-2, 0.5
+    r = wp_peers.dual_newton_solve(X, y, alpha, shape, target=1e-28)
+    assert r["converged"]
+    w = r["w"]
+    np.testing.assert_allclose(X @ w, y, rtol=0, atol=1e-12)
+    half_k = 2 * alpha * (1 + shape**2) / (1 - shape**2)
+    rho = np.arcsinh(w / half_k)
+    nu = np.linalg.lstsq(X.T, rho, rcond=None)[0]
+    np.testing.assert_allclose(X.T @ nu, rho, rtol=0, atol=1e-9)
+
+
 # --- issue 12, item 3: the general-model table (benchmarks/general_models.py) -----------------
 
 

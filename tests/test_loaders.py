@@ -181,3 +181,71 @@ def test_binary_task_and_digits():
     assert mix.X.shape == (10, 784) and float(near_orthogonality(mix.X)) < 2
     noise = np.asarray(mix.X - mix.y[:, None] * mix.mean)
     assert abs(noise.std() - 1.0) < 0.02 and abs(float(np.linalg.norm(mix.mean)) - 0.28) < 0.05
+
+
+# --- loaders validate dtype, shape, label range and decompressed size (issue "Results that
+# cannot be silently wrong", item 10) -----------------------------------------------------------
+
+def _idx_typed(array: np.ndarray, code: int, dtype: str) -> bytes:
+    header = bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
+    return header + array.astype(dtype).tobytes()
+
+
+@pytest.mark.parametrize("images, labels, match", [
+    (_idx_typed(np.full((2, 28, 28), np.nan), 0x0D, ">f4"), None, ">f4 images"),
+    (_idx_typed(np.zeros((2, 28, 28, 3)), 0x08, "u1"), None, "shape"),
+    (_idx_typed(np.zeros((2, 5, 7)), 0x08, "u1"), None, "shape"),
+    (None, _idx_typed(np.array([1, 200]), 0x08, "u1"), "label 200"),
+    (None, _idx_typed(np.array([1, 2]), 0x0C, ">i4"), "labels"),
+    (None, _idx_typed(np.array([[1, 2]]), 0x08, "u1"), "labels"),
+])
+def test_mnist_refuses_wrong_dtype_shape_and_labels(tmp_path, images, labels, match):
+    _write_mnist(tmp_path, n=2, compress=False)
+    if images is not None:
+        (tmp_path / "train-images-idx3-ubyte").write_bytes(images)
+    if labels is not None:
+        (tmp_path / "train-labels-idx1-ubyte").write_bytes(labels)
+    with pytest.raises(ValueError, match=match):
+        load_mnist(tmp_path)
+
+
+@pytest.mark.parametrize("checksums", ["abc", ["abc"], {"a": 1}, {1: "x"}])
+def test_checksums_of_the_wrong_type_are_named(tmp_path, checksums):
+    _write_mnist(tmp_path, n=2)
+    with pytest.raises(ValueError, match="checksums must be a dict"):
+        load_mnist(tmp_path, checksums=checksums)
+    with pytest.raises(ValueError, match="checksums must be a dict"):
+        load_cifar10(tmp_path, checksums=checksums)
+
+
+def test_gzip_bomb_is_refused_by_its_decompressed_size(tmp_path, monkeypatch):
+    from ibflow.data import _files
+
+    path = tmp_path / "bomb.gz"
+    path.write_bytes(gzip.compress(bytes(4096)))
+    assert read_idx_size(path, limit=5000) == 4096  # under the cap: read
+    with pytest.raises(ValueError, match="more than 1000 bytes"):
+        _files.gunzip(path.read_bytes(), path, limit=1000)
+    # Two gzip members are one stream (gzip -c a b > c); a truncated one is named.
+    two = gzip.compress(b"ab") + gzip.compress(b"cd")
+    assert _files.gunzip(two, path) == b"abcd"
+    with pytest.raises(ValueError, match="truncated"):
+        _files.gunzip(gzip.compress(bytes(100))[:-12], path)
+
+
+def read_idx_size(path, limit):
+    from ibflow.data import _files
+
+    return len(_files.gunzip(path.read_bytes(), path, limit=limit))
+
+
+def test_cifar_archive_member_beyond_the_cap_is_refused(tmp_path, monkeypatch):
+    from ibflow.data import _cifar
+
+    monkeypatch.setattr(_cifar, "MAX_DECOMPRESSED_BYTES", 100)
+    folder = tmp_path / "cifar"
+    folder.mkdir()
+    _write_cifar_archive(tmp_path / "cifar-10-binary.tar.gz",
+                         {"data_batch_1.bin": _cifar_records(2, 0)[0]})
+    with pytest.raises(ValueError, match="cap"):
+        load_cifar10(tmp_path, split="train", verify_checksums=False)

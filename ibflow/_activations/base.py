@@ -20,7 +20,7 @@ class AbstractActivation(eqx.Module):
 class AbstractPiecewiseLinearActivation(AbstractActivation):
     """``σ(z) = right·z`` for z ≥ 0 and ``left·z`` for z < 0: positively homogeneous, with a kink
     at 0 where the Filippov derivative σ′(0) ranges over ``[min, max](left, right)``
-    (THEORY §8.2)."""
+    ([THEORY §8.2][theory-8-2])."""
 
     positively_homogeneous = True
 

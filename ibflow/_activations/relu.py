@@ -8,6 +8,12 @@ from .. import _checks
 from .base import AbstractPiecewiseLinearActivation
 
 
+def leaky_relu(z, slope):
+    """``σ(z) = max(z, γz)`` for γ ∈ [0, 1] (γ = 0: ReLU): the one definition the models and
+    their reductions share."""
+    return jnp.where(z >= 0, z, slope * z)
+
+
 class LeakyReLU(AbstractPiecewiseLinearActivation):
     """``σ(z) = max(z, γz)``, γ ∈ [0, 1] a fixed (untrained, sweepable) array leaf."""
 
@@ -35,14 +41,15 @@ class ReLU(AbstractPiecewiseLinearActivation):
 
 
 class Absolute(AbstractPiecewiseLinearActivation):
-    """``σ(z) = |z|`` (Liang–Montúfar's absolute-value networks, THEORY §3)."""
+    """``σ(z) = |z|`` (Liang–Montúfar's absolute-value networks, [THEORY §3][theory-3])."""
 
     def slopes(self):
         return -jnp.ones(()), jnp.ones(())
 
 
 class Identity(AbstractPiecewiseLinearActivation):
-    """``σ(z) = z``: a fully connected linear network (THEORY §2.4, §2.6)."""
+    """``σ(z) = z``: a fully connected linear network ([THEORY §2.4][theory-2-4],
+    [§2.6][theory-2-6])."""
 
     def slopes(self):
         return jnp.ones(()), jnp.ones(())

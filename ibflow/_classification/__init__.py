@@ -1,3 +1,3 @@
-"""Classification flows whose parameter norm diverges (THEORY §4): the reduced flow of a
+"""Classification flows whose parameter norm diverges ([THEORY §4][theory-4]): the reduced flow of a
 two-layer classifier, discrete gradient descent for comparison, and the low-rank/max-margin
 diagnostics (stable rank, normalized margins, KKT residual)."""

@@ -1,4 +1,4 @@
-"""Low-rank and max-margin diagnostics of a `TwoLayerClassifier` (THEORY §4.0–4.1)."""
+"""Low-rank and max-margin diagnostics of a `TwoLayerClassifier` ([THEORY §4.0–4.1][theory-4-0])."""
 
 import equinox as eqx
 import jax
@@ -13,8 +13,8 @@ from .._solution import Trajectory
 
 
 def stable_rank(W: Float[ArrayLike, "m d"]) -> Float[Array, ""]:
-    """``srank(W) = ‖W‖_F² / ‖W‖₂²`` ∈ [1, rank W] (THEORY §4.1). Jit/vmap/grad-able (grad needs
-    a simple top singular value)."""
+    """``srank(W) = ‖W‖_F² / ‖W‖₂²`` ∈ [1, rank W] ([THEORY §4.1][theory-4-1]). Jit/vmap/grad-able
+    (grad needs a simple top singular value)."""
     W = _checks.real_array(W, "W", ndim=2)
     # Eigenvalues of the smaller Gram matrix are the squared singular values; this is ~50× faster
     # than a batched SVD on CPU and accurate to rounding for the largest one.
@@ -26,7 +26,7 @@ def normalized_margins(model: TwoLayerClassifier, X: Float[ArrayLike, "n d"],
                        y: Float[ArrayLike, " n"]) -> Float[Array, " n"]:
     """``qᵢ = yᵢ f(xᵢ; θ) / ‖θ‖^L`` with θ the trained parameters (``‖θ‖ = ‖W‖_F`` for the
     fixed-``a`` network, ``‖(W, a[, b])‖₂`` otherwise) and L = `model.homogeneity`. Scale invariant:
-    ``qᵢ = yᵢ f(xᵢ; θ/‖θ‖)``; Kou et al. predict all qᵢ become equal (THEORY §4.1)."""
+    ``qᵢ = yᵢ f(xᵢ; θ/‖θ‖)``; Kou et al. predict all qᵢ become equal ([THEORY §4.1][theory-4-1])."""
     X, y = _checks.data(X, y)
     return y * jax.vmap(model)(X) / model.parameter_norm() ** model.homogeneity
 
@@ -70,11 +70,12 @@ class KKTResidual(eqx.Module):
     """How far a model's direction is from a KKT point of ``min ½‖θ‖² s.t. yᵢ f(xᵢ; θ) ≥ 1``.
 
     With ``θ̂ = θ/‖θ‖``, a KKT direction is ``θ̂ = Σᵢ λᵢ yᵢ gᵢ`` with ``λ ≥ 0`` and ``gᵢ`` a Clarke
-    subgradient of ``f(xᵢ; ·)`` at θ̂ (THEORY §4.1): ``φ'(zⱼᵢ)`` is 1 or γ off the kink, and any
-    value in ``[γ, 1]`` for a pair on it (``|zⱼᵢ|`` at most `KINK_TOLERANCE` of the largest
+    subgradient of ``f(xᵢ; ·)`` at θ̂ ([THEORY §4.1][theory-4-1]): ``φ'(zⱼᵢ)`` is 1 or γ off the
+    kink, and any value in ``[γ, 1]`` for a pair on it (``|zⱼᵢ|`` at most `KINK_TOLERANCE` of the
+    largest
     ``|z|``). So a pair (j, i) on the kink contributes ``μⱼᵢ aⱼ yᵢ ∂zⱼᵢ/∂θ`` with
-    ``γλᵢ ≤ μⱼᵢ ≤ λᵢ``. (An exact flow holds sliding pairs at ``z = 0``, THEORY §8.2; with
-    ``φ'(0) = 1`` there the residual of a converging direction stalls: 0.13 instead of 0.015
+    ``γλᵢ ≤ μⱼᵢ ≤ λᵢ``. (An exact flow holds sliding pairs at ``z = 0``, [THEORY §8.2][theory-8-2];
+    with ``φ'(0) = 1`` there the residual of a converging direction stalls: 0.13 instead of 0.015
     on the leaky classifier of tests/test_classification.py.)
 
     - `stationarity` = ``min ‖θ̂ − Σᵢ λᵢ yᵢ gᵢ‖₂`` over those λ and μ — the distance of the unit

@@ -1,10 +1,11 @@
 """Gradient flow of a `TwoLayerClassifier` on an exponentially tailed loss, in a clock that stays
-efficient while ``‖θ‖ → ∞`` (THEORY §4.0–4.1, §2.2 [AZ-WARP]).
+efficient while ``‖θ‖ → ∞`` ([THEORY §4.0–4.1][theory-4-0], [§2.2][theory-2-2]
+[AZ-WARP][theory-az-warp]).
 
 The flow is ordinary `ibflow.integrate` in the classifier's span coordinates
 (`ClassifierReducedDynamics`, exact), through the activation's kinks by default
-(`ClassifierKinkedDynamics`: located switches and Filippov sliding, THEORY §8.2). The clock
-is a flow: `LossClock(GradientFlow())` (default, clock ``c = log L(0) − log L``),
+(`ClassifierKinkedDynamics`: located switches and Filippov sliding, [THEORY §8.2][theory-8-2]). The
+clock is a flow: `LossClock(GradientFlow())` (default, clock ``c = log L(0) − log L``),
 `WarpedFlow(GradientFlow(), lambda m, L: 1 / L)` (``dθ/dτ = −∇ log L``) or `GradientFlow()`
 (real time, to compare with gradient descent at ``t = kη``). Plain gradient flow needs real
 time ``t ~ 1/L`` to reach loss L; in the log-loss clock the velocity stays O(1) and reaching
@@ -18,10 +19,9 @@ from jaxtyping import ArrayLike, Float
 
 from .. import _checks
 from .._engine import SolveOptions, solve
-from .._flows.base import AbstractFlow
+from .._flows.base import AbstractFlow, AbstractLossClockFlow
 from .._flows.gradient import GradientFlow
 from .._flows.loss_clock import LossClock
-from .._flows.warped import WarpedFlow
 from .._formulation import Reduction
 from .._kinks.segments import DEFAULT_MAX_SWITCHES
 from .._losses import AbstractLoss, LogisticLoss
@@ -29,18 +29,9 @@ from .._models.classifier import TwoLayerClassifier
 from .._solution import Solution
 
 
-def _inverse_loss(model, loss):
-    return 1.0 / loss
-
-
-#: The deprecated ``clock=`` strings and the flows that replace them.
-CLOCKS = {"log-loss": LossClock(GradientFlow()),
-          "warped": WarpedFlow(GradientFlow(), _inverse_loss), "time": GradientFlow()}
-
-
 def classification_flow(
     model: TwoLayerClassifier, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
-    flow: AbstractFlow | None = None, clock: str | None = None,
+    flow: AbstractFlow | None = None,
     loss: AbstractLoss = LogisticLoss(), target_loss: Float[ArrayLike, ""] = 1e-6,
     save_at: Float[ArrayLike, " T"] | None = None, num_save: int = 64,
     rtol: Float[ArrayLike, ""] = 1e-6, atol: Float[ArrayLike, ""] = 1e-8,
@@ -48,13 +39,13 @@ def classification_flow(
     clock_max: Float[ArrayLike, ""] = 1e12, throw: bool = True,
     max_switches: int | None = None, kinks: bool = True,
 ) -> Solution:
-    """Gradient flow of a two-layer classifier until ``L ≤ target_loss`` (THEORY §4), through
-    the one engine, returning the one `Solution` type (with a `Trajectory` of models).
+    """Gradient flow of a two-layer classifier until ``L ≤ target_loss`` ([THEORY §4][theory-4]),
+    through the one engine, returning the one `Solution` type (with a `Trajectory` of models).
 
     **Arguments:**
     - `model`: the initialization (`TwoLayerClassifier`); `X` (n, d), `y` (n,) with labels ±1.
     - `flow`: the clock as a flow: `LossClock(GradientFlow())` (default), `WarpedFlow(...)` or
-      `GradientFlow()`. `clock` ("log-loss" | "warped" | "time") is its deprecated spelling.
+      `GradientFlow()`.
     - `loss`: `LogisticLoss()` or `ExponentialLoss()` (mean over examples).
     - `target_loss`: stop when the loss reaches it.
     - `save_at`: increasing clock values at which to save the model. Default: `num_save` points
@@ -65,8 +56,8 @@ def classification_flow(
     - `throw`: raise unless the target was reached.
     - `kinks`: integrate through the activation's kinks (default): every crossing of a
       pre-activation through 0 is located as an event, and pairs that the field pushes into
-      the kink from both sides slide on it (Filippov, THEORY §8.2; `Solution.kinks` reports
-      them). False integrates the field as if it were smooth, where the adaptive solver
+      the kink from both sides slide on it (Filippov, [THEORY §8.2][theory-8-2]; `Solution.kinks`
+      reports them). False integrates the field as if it were smooth, where the adaptive solver
       chatters on a slide.
     - `max_switches` ≥ 1: the budget of activation switches (pairs crossing, slide entries
       and exits) through the kinks; more ends with `Status.unresolved_switching`. Default:
@@ -82,13 +73,10 @@ def classification_flow(
     """
     if not isinstance(model, TwoLayerClassifier):
         raise ValueError(f"model must be a TwoLayerClassifier; got {type(model).__name__}.")
-    if clock is not None:
-        if clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got {clock!r}.")
-        if flow is not None:
-            raise ValueError("pass flow=... or the deprecated clock=..., not both.")
-        flow = CLOCKS[clock]
     flow = LossClock(GradientFlow()) if flow is None else flow
+    if not isinstance(flow, AbstractFlow):
+        raise ValueError(f"flow must be an ibflow flow, e.g. LossClock(GradientFlow()); got "
+                         f"{type(flow).__name__}.")
     if not isinstance(loss, AbstractLoss):
         raise ValueError("loss must be an ibflow loss, e.g. LogisticLoss().")
     X, y = _checks.data(X, y)
@@ -101,12 +89,12 @@ def classification_flow(
     if not isinstance(kinks, bool):
         raise ValueError(f"kinks must be True or False; got {kinks!r}.")
     dynamics = Reduction(kinks=kinks).dynamics(model, X, y, flow, loss)
-    if isinstance(flow, LossClock):
-        end = jnp.log(dynamics.loss(dynamics.initial_state()) / target_loss)
+    if isinstance(flow, AbstractLossClockFlow):
+        end = flow.clock_at_loss(dynamics.loss(dynamics.initial_state()), target_loss)
         # The event ends the solve; the margin guards the drift of c against log(L0/L), which
-        # the solver's error accumulates (measured: 1.57 nats at 1e-30 for the ReLU mixture
-        # classifier, whose field jumps at the kinks; a fixed +1 ended it budget_exhausted at
-        # 1.8e-30). A flow that stalls still stops here or at max_steps.
+        # the solver's error accumulates (more than one nat down to 1e-30 where the field jumps
+        # at the kinks, so a fixed margin of 1 is too little). A flow that stalls still stops
+        # here or at max_steps.
         t_max = end + jnp.maximum(1.0, 0.1 * end)
     else:
         end = t_max = jnp.asarray(clock_max, dtype=float)

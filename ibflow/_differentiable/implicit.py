@@ -1,6 +1,7 @@
 """``differentiable_minimize``: the exact minimizer of an implicit regularizer with derivatives
-from the implicit function theorem on its KKT/dual system (THEORY §2.1 item 5, §2.3 [AZ-A],
-§2.4 [AZ-FC-Q], §2.5 [AZ-T4])."""
+from the implicit function theorem on its KKT/dual system ([THEORY §2.1][theory-2-1] item 5,
+[§2.3][theory-2-3] [AZ-A][theory-az-a], [§2.4][theory-2-4] [AZ-FC-Q][theory-az-fc-q],
+[§2.5][theory-2-5] [AZ-T4][theory-az-t4])."""
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ def _kkt(nu, _, inputs):
     """The KKT/dual system in ν alone: ``X (∇Q)⁻¹(Xᵀν) − b = 0``, ``b = Q.interpolation_targets(y)``
     (stationarity ``∇Q(w) = Xᵀν`` is built into ``w(ν) = (∇Q)⁻¹(Xᵀν)``). Its Jacobian in ν is
     ``X ∇²Q*(Xᵀν) Xᵀ``: symmetric positive definite for a strictly convex ``Q`` away from the
-    conic point of the single neuron with δ < 0 (THEORY §2.4)."""
+    conic point of the single neuron with δ < 0 ([THEORY §2.4][theory-2-4])."""
     Q, X, y, _, _ = inputs
     return X @ Q.grad_inverse(X.T @ nu) - Q.interpolation_targets(y)
 
@@ -54,7 +55,7 @@ def differentiable_minimize(
 
     The primal is the damped dual Newton of `minimize_regularizer`; derivatives are **not**
     taken through its loop. At the solution the dual variable satisfies the KKT system
-    ``F(ν; Q, X, y) = X·(∇Q)⁻¹(Xᵀν) − b(y) = 0`` (THEORY §2.1 item 5: ``∇Q(w) = Xᵀν``,
+    ``F(ν; Q, X, y) = X·(∇Q)⁻¹(Xᵀν) − b(y) = 0`` ([THEORY §2.1][theory-2-1] item 5: ``∇Q(w) = Xᵀν``,
     ``Xw = b``), so by the implicit function theorem
 
         ``dν = −(X ∇²Q*(Xᵀν) Xᵀ)⁻¹ · ∂F/∂(Q, X, y) · d(Q, X, y)``

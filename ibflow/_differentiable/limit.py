@@ -3,10 +3,10 @@ implicit route (exact regularizer + implicit function theorem) or through the OD
 
 from typing import Literal
 
-import equinox as eqx
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._models.base import AbstractModel, AbstractPredictorModel
+from .._result import AbstractResult
 from .._solution import Solution
 from .._status import Status
 from .._theory.implicit_bias import implicit_bias
@@ -15,7 +15,7 @@ from .implicit import differentiable_minimize
 from .through_solve import solve_limit
 
 
-class LimitPoint(eqx.Module):
+class LimitPoint(AbstractResult):
     """The limit predictor of a flow, differentiable in the initialization and the data.
 
     **Fields:**
@@ -31,10 +31,6 @@ class LimitPoint(eqx.Module):
     minimum: RegularizerMinimum | None
     solution: Solution | None
 
-    @property
-    def converged(self) -> Bool[Array, ""]:
-        return self.status == Status.converged
-
 
 def limit_point(
     model: AbstractModel, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
@@ -49,18 +45,20 @@ def limit_point(
     ``jax.grad``; jittable and vmappable.
 
     - ``route="implicit"`` (default, cheap and exact): ``w̃(∞) = argmin Q s.t. Xw̃ = b`` with
-      ``Q = ibflow.implicit_bias(model)`` (THEORY [AZ-T1]/[AZ-A] diagonal net, [AZ-FC-Q] single
-      linear neuron, [AZ-T4] leaky neuron), solved by `differentiable_minimize` and
-      differentiated through its KKT system. Raises `ibflow.NoExactRegularizer` for models
-      without an exact regularizer (e.g. width > 1, THEORY §2.6): use ``route="solve"``.
+      ``Q = ibflow.implicit_bias(model)`` ([THEORY AZ-T1][theory-az-t1]/[AZ-A][theory-az-a] diagonal
+      net, [AZ-FC-Q][theory-az-fc-q] single linear neuron, [AZ-T4][theory-az-t4] leaky neuron),
+      solved by `differentiable_minimize` and differentiated through its KKT system. Raises
+      `ibflow.NoExactRegularizer` for models
+      without an exact regularizer (e.g. width > 1, [THEORY §2.6][theory-2-6]): use
+      ``route="solve"``.
     - ``route="solve"``: integrate the flow (`ibflow.integrate`) and differentiate through
       the solve with recursive checkpointing (`checkpoints`, see `solve_limit`); works for
       every model, flow and loss `ibflow.integrate` supports.
 
     **Arguments:**
     - `model`: the initialization (an `AbstractPredictorModel`). `X` (n, d), `y` (n,).
-    - `final_sign`: implicit route, single-neuron models with δ < 0 only (THEORY §2.4 flip
-      rule; see `ibflow.implicit_bias`).
+    - `final_sign`: implicit route, single-neuron models with δ < 0 only ([THEORY §2.4][theory-2-4]
+      flip rule; see `ibflow.implicit_bias`).
     - `rtol`, `max_steps`: the minimizer's (implicit) or the integrator's (solve) tolerance
       and step budget; None keeps each one's default.
     - `checkpoints`: solve route, number of checkpoints of the reverse pass.

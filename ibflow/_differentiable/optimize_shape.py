@@ -1,27 +1,28 @@
 """``optimize_shape``: learn a per-coordinate initialization shape of the diagonal net by
-gradient descent (Optax) on the validation error of the flow's limit point (THEORY [AZ-7.1],
-[AZ-T1]), with exact implicit gradients."""
+gradient descent (Optax) on the validation error of the flow's limit point
+([THEORY AZ-7.1][theory-az-7-1], [AZ-T1][theory-az-t1]), with exact implicit gradients."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .. import _checks
 from .._discrete import descent_loop
 from .._models._init import checked_scale_shape
 from .._models.diagonal import DiagonalNet
+from .._result import AbstractResult
 from .._status import Status
 from .limit import limit_point
 
 
-class ShapeOptimization(eqx.Module):
+class ShapeOptimization(AbstractResult):
     """Result of `optimize_shape`.
 
     **Fields:**
     - `shape`: (d,) the learned per-coordinate shape s ∈ (−1, 1) (the iterate with the lowest
-      validation error; only s² matters, THEORY [AZ-7.1]).
+      validation error; only s² matters, [THEORY AZ-7.1][theory-az-7-1]).
     - `predictor`: (d,) the limit point of gradient flow from that initialization.
     - `validation_error`: the validation MSE of `predictor`.
     - `history`: (steps + 1,) validation error of the limit at every iterate (the last entry
@@ -38,10 +39,6 @@ class ShapeOptimization(eqx.Module):
     history: Float[Array, " T"]
     shapes: Float[Array, "T d"]
     status: Status
-
-    @property
-    def converged(self) -> Bool[Array, ""]:
-        return self.status == Status.converged
 
 
 def _validation_error(w, X_val, y_val):
@@ -86,9 +83,10 @@ def optimize_shape(
     whose gradient-flow limit on ``(X, y)`` has the smallest validation error
     ``mean((X_val w − y_val)²)``.
 
-    The limit is ``argmin Q_k s.t. Xw = y`` with ``kᵢ = 4αᵢ(1 + sᵢ²)/(1 − sᵢ²)`` (THEORY
-    [AZ-T1], [AZ-7.1]); the gradient of the validation error with respect to s is exact
-    (implicit differentiation of the KKT system, `ibflow.differentiable_minimize`). The
+    The limit is ``argmin Q_k s.t. Xw = y`` with ``kᵢ = 4αᵢ(1 + sᵢ²)/(1 − sᵢ²)``
+    ([THEORY AZ-T1][theory-az-t1], [AZ-7.1][theory-az-7-1]); the gradient of the validation error
+    with respect to s is exact (implicit differentiation of the KKT system,
+    `ibflow.differentiable_minimize`). The
     shapes are parametrized as ``s = tanh(θ)`` and θ is updated by `optimizer` (default
     ``optax.adam(0.05)``) for `steps` steps, all inside one compiled ``lax.scan``. Jittable
     and vmappable over problems (``eqx.filter_vmap`` over the arrays; the optimizer and

@@ -47,8 +47,8 @@ class AbstractDynamics(eqx.Module):
     @abc.abstractmethod
     def linearization(self, c, state, args) -> AbstractTailJacobian | None:
         """The vector field's Jacobian at ``state`` in a structured form for the implicit tail
-        (dense n × n, or low rank ``−U V`` with V = ∂outputs/∂θ, THEORY §8.1), or None when the
-        dynamics offers none (the tail then differentiates the vector field itself)."""
+        (dense n × n, or low rank ``−U V`` with V = ∂outputs/∂θ, [THEORY §8.1][theory-8-1]), or None
+        when the dynamics offers none (the tail then differentiates the vector field itself)."""
 
 
 class AbstractConvexGradientDynamics(AbstractDynamics):
@@ -56,7 +56,7 @@ class AbstractConvexGradientDynamics(AbstractDynamics):
     positive constant) of a strictly convex function, and `linearization` returns its dense
     Jacobian (`DenseJacobian`). The flow then converges from every state to the one root of the
     vector field, so its tail can be finished by Newton's method (`EquilibriumNewton`) instead of
-    being integrated. Example: the diagonal net's n-dim reduction (THEORY §2.3)."""
+    being integrated. Example: the diagonal net's n-dim reduction ([THEORY §2.3][theory-2-3])."""
 
     def loss_and_field(self, state) -> tuple[Float[Array, ""], Float[Array, " n"]]:
         """``(loss(state), vector_field(0, state, None))``. Newton's tail needs both at every
@@ -64,11 +64,24 @@ class AbstractConvexGradientDynamics(AbstractDynamics):
         residual ``Xw(ν) − y``) overrides this to compute it once."""
         return self.loss(state), self.vector_field(jnp.zeros(()), state, None)
 
+    def newton_table(self) -> PyTree[Array] | None:
+        """Data that every `newton_matrix` of one Newton solve can share, computed once before
+        its loop from the dynamics alone (the diagonal net: products of X's row pairs), or
+        None. Default: None."""
+        return None
+
+    def newton_matrix(self, state, table=None) -> Float[Array, "n n"]:
+        """``−∂F/∂state`` (F the vector field): symmetric positive semi-definite, the matrix
+        that Newton's tail factorizes; `table` is `newton_table`'s value (None: build without
+        it). Default: from `linearization`."""
+        del table
+        return -self.linearization(jnp.zeros(()), state, None).matrix
+
 
 class AbstractKinkReducible(AbstractDynamics):
     """A capability: the reduction of a piecewise-linear model that can also run through its
-    kinks (event-located switches and Filippov sliding, THEORY §8.2). Example: the two-layer
-    classifier's span coordinates."""
+    kinks (event-located switches and Filippov sliding, [THEORY §8.2][theory-8-2]). Example: the
+    two-layer classifier's span coordinates."""
 
     @abc.abstractmethod
     def through_kinks(self, max_sliding_rows: int) -> AbstractDynamics:

@@ -1,24 +1,62 @@
-"""The diagonal network's gradient flow reduced to an n-dimensional ODE (THEORY §2.3)."""
+"""The diagonal network's gradient flow reduced to an n-dimensional ODE
+([THEORY §2.3][theory-2-3])."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Float
 
 from .._tail.jacobian import DenseJacobian
 from .base import AbstractConvexGradientDynamics
 
+#: The largest pair table (`DiagonalReducedDynamics.newton_table`) that is built, in bytes.
+PAIR_TABLE_BYTES = 64 * 2**20
+#: The fewest members of a vmapped batch whose Newton matrices are built from the pair table:
+#: one product with the n(n+1)/2 × d table reads all of it, which pays off against the
+#: members' own n²d products only when it serves several of them (``python -m
+#: benchmarks.pair_table``).
+PAIR_TABLE_BATCH = 16
+
+
+def _direct_gram(X, slope, table):
+    del table  # unbatched (or a table per member): the product itself is cheaper
+    return (X * slope) @ X.T
+
+
+@custom_vmap
+def _gram(X, slope, table):
+    """``X diag(slope) Xᵀ``. Under `jax.vmap` over `slope` alone (members sharing X) with at
+    least `PAIR_TABLE_BATCH` members, one matmul of the members' slopes with the pair table
+    ``table[k] = X[i_k] ∘ X[j_k]`` (i_k ≤ j_k): half the flops of the n²d products, and one
+    large product in place of many small ones. Otherwise the product itself."""
+    return _direct_gram(X, slope, table)
+
+
+@_gram.def_vmap
+def _gram_vmap(axis_size, in_batched, X, slope, table):
+    batched_X, batched_slope, batched_table = in_batched
+    if batched_slope and not (batched_X or batched_table) and axis_size >= PAIR_TABLE_BATCH:
+        n = X.shape[0]
+        rows, cols = np.triu_indices(n)
+        index = np.zeros((n, n), dtype=np.int32)
+        index[rows, cols] = index[cols, rows] = np.arange(rows.size)
+        return (slope @ table.T)[:, index], True
+    axes = tuple(0 if b else None for b in in_batched)
+    return jax.vmap(_direct_gram, in_axes=axes)(X, slope, table), True
+
 
 class DiagonalReducedDynamics(AbstractConvexGradientDynamics):
     """Gradient flow of the diagonal net on the square loss, reduced to ``ν ∈ ℝⁿ``.
 
-    By THEORY §2.3, ``w(t) = P e^ρ − N e^{−ρ}`` with ``ρ = Xᵀν`` and
+    By [THEORY §2.3][theory-2-3], ``w(t) = P e^ρ − N e^{−ρ}`` with ``ρ = Xᵀν`` and
     ``dν/dt = −(2/n)(X w(ν) − y)``, ``ν(0) = 0``. Same time variable, same path, but the state is n
     numbers instead of 4d and batched members share ``X``, so ``Xᵀν`` becomes a matmul.
 
     ``w`` is evaluated as ``w₀ cosh ρ + K sinh ρ`` (``w₀ = P − N`` the initial predictor,
     ``K = P + N``): the same function without the cancellation of ``P e^ρ − N e^{−ρ}`` when
-    ``P ≈ N`` are huge (α = 1e30). The Jacobian is closed form (THEORY §8.1):
+    ``P ≈ N`` are huge (α = 1e30). The Jacobian is closed form ([THEORY §8.1][theory-8-1]):
     ``−(2/n) X diag(w₀ sinh ρ + K cosh ρ) Xᵀ``, one n²d product instead of n JVPs.
 
     It is the gradient flow ``ν̇ = −(2/n)∇D(ν)`` of the strictly convex dual
@@ -64,8 +102,34 @@ class DiagonalReducedDynamics(AbstractConvexGradientDynamics):
         r = self._residual(state)  # one Xᵀν, one predictor, one Xw for both
         return 0.5 * jnp.mean(r**2), -(2.0 / self.X.shape[0]) * r
 
-    def linearization(self, c, state, args):
+    def _slope(self, state):
+        """``dw/dρ = w₀ sinh ρ + K cosh ρ`` at ``ρ = Xᵀν``: positive ([THEORY §8.1][theory-8-1])."""
         w0, k = self._coefficients()
         rho = self.X.T @ state
-        slope = w0 * jnp.sinh(rho) + k * jnp.cosh(rho)
+        return w0 * jnp.sinh(rho) + k * jnp.cosh(rho)
+
+    def linearization(self, c, state, args):
+        slope = self._slope(state)
         return DenseJacobian(-(2.0 / self.X.shape[0]) * (self.X * slope) @ self.X.T)
+
+    def newton_table(self):
+        """The products of X's row pairs, ``table[k] = X[i_k] ∘ X[j_k]`` for i_k ≤ j_k
+        (n(n+1)/2 × d), or None above `PAIR_TABLE_BYTES`. Built from X alone, so under
+        `jax.vmap` over members sharing X it is built once per batch, before Newton's loop,
+        and each iteration's matrices are one product with it (`_gram`); a batch too small
+        for it, or an unbatched solve, leaves it unused and the compiler drops it."""
+        n, d = self.X.shape
+        if (n * (n + 1) // 2) * d * self.X.dtype.itemsize > PAIR_TABLE_BYTES:
+            return None
+        rows, cols = np.triu_indices(n)
+        return self.X[rows] * self.X[cols]
+
+    def newton_matrix(self, state, table=None):
+        """``(2/n) X diag(w₀ sinh ρ + K cosh ρ) Xᵀ``, from the pair table where one is given
+        and the batch is large enough (`_gram`)."""
+        slope = self._slope(state)
+        if table is None:
+            gram = (self.X * slope) @ self.X.T
+        else:
+            gram = _gram(self.X, slope, table)
+        return (2.0 / self.X.shape[0]) * gram

@@ -17,7 +17,7 @@ class ParameterDynamics(AbstractDynamics):
     ``eqx.Module`` whose ``__call__(x)`` returns a scalar), with the real time ``t`` as a second
     state entry when the flow is time-warped.
 
-    Its tail linearization is the generalized Gauss–Newton form of THEORY §8.1,
+    Its tail linearization is the generalized Gauss–Newton form of [THEORY §8.1][theory-8-1],
     ``F' ≈ −speed · P · Jᵀ H J`` with J the n × p Jacobian of the outputs and H the (diagonal of
     the) loss's Hessian in the outputs (``1/n`` for the square loss): exact up to terms that vanish
     with the residuals, and handed to the tail as a low-rank `LowRankJacobian` (O(n·p) memory).

@@ -14,9 +14,10 @@ class AbstractFlow(eqx.Module):
 
     with a diagonal, positive *preconditioner* ``P`` (1 for gradient flow, ``η/φ''(θ−θ₀)`` for a
     mirror flow with a separable potential) and a positive scalar *speed* (1 for flows in real
-    time; a time warp otherwise, THEORY §2.2). The engine uses this structure: the stiff tail's
-    Jacobian is ``−speed·P·(1/n)JᵀJ`` to leading order (THEORY §8.1), and with
-    ``time_warped = True`` the real time ``t = ∫ speed dc`` is integrated alongside the clock c.
+    time; a time warp otherwise, [THEORY §2.2][theory-2-2]). The engine uses this structure: the
+    stiff tail's Jacobian is ``−speed·P·(1/n)JᵀJ`` to leading order ([THEORY §8.1][theory-8-1]), and
+    with ``time_warped = True`` the real time ``t = ∫ speed dc`` is integrated alongside the clock
+    c.
     """
 
     #: Whether `speed` can differ from 1 (then the engine records the real time separately).
@@ -40,3 +41,14 @@ class AbstractFlow(eqx.Module):
         if pre is None:
             return jax.tree_util.tree_map(lambda g: -scale * g, grad)
         return jax.tree_util.tree_map(lambda g, p: -scale * p * g, grad, pre)
+
+
+class AbstractLossClockFlow(AbstractFlow):
+    """A capability: the flow's clock is a known function of the loss, so the clock value at
+    which a target loss is reached is known before the solve (callers size the solve's end by
+    it). Example: `LossClock`, whose clock is ``log L(0) − log L``."""
+
+    @abc.abstractmethod
+    def clock_at_loss(self, initial_loss: Float[Array, ""], loss: Float[Array, ""]
+                      ) -> Float[Array, ""]:
+        """The clock value at which the loss, started at `initial_loss`, equals `loss`."""

@@ -1,4 +1,4 @@
-"""Gradient flow ``dθ/dt = −∇L(θ)`` (THEORY §1)."""
+"""Gradient flow ``dθ/dt = −∇L(θ)`` ([THEORY §1][theory-1])."""
 
 import jax.numpy as jnp
 

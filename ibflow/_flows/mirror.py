@@ -1,4 +1,5 @@
-"""Mirror flow with a separable potential (THEORY §1 [AZ-eq-IMD], §3.0)."""
+"""Mirror flow with a separable potential ([THEORY §1][theory-1] [AZ-eq-IMD][theory-az-eq-imd],
+[§3.0][theory-3-0])."""
 
 import equinox as eqx
 import jax
@@ -12,14 +13,15 @@ from .base import AbstractFlow
 
 
 class MirrorFlow(AbstractFlow):
-    """``d/dt ∇Φ(θ) = −η ∇L(θ)``, i.e. ``dθ/dt = −η ∇²Φ(θ)⁻¹ ∇L(θ)`` (THEORY §1, §3.0).
+    """``d/dt ∇Φ(θ) = −η ∇L(θ)``, i.e. ``dθ/dt = −η ∇²Φ(θ)⁻¹ ∇L(θ)`` ([THEORY §1][theory-1],
+    [§3.0][theory-3-0]).
 
     Φ is separable and centred at the initialization: ``Φ(θ) = Σ_j φ(θ_j − θ_j(0))``
     (``scaling=Unscaled()``) or ``n⁻² Σ_j φ(n(θ_j − θ_j(0)))`` (``scaling=WidthScaled(n)``). Its
     Hessian is diagonal, so the velocity is ``−η ∇L / Φ''`` entry by entry: no matrix inverse.
 
     ``MirrorFlow(QuadraticPotential(0.5))`` is `GradientFlow` exactly. For the shallow networks
-    of THEORY §3 use ``learning_rate = η₀ / n`` (n = width).
+    of [THEORY §3][theory-3] use ``learning_rate = η₀ / n`` (n = width).
 
     **Arguments:**
     - `potential`: the scalar φ (`QuadraticPotential`, `CubicPotential`, ..., `FunctionPotential`).

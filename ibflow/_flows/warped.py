@@ -1,4 +1,4 @@
-"""Time-warped flows (THEORY §2.2 [AZ-WARP])."""
+"""Time-warped flows ([THEORY §2.2][theory-2-2] [AZ-WARP][theory-az-warp])."""
 
 from collections.abc import Callable
 
@@ -11,15 +11,16 @@ class WarpedFlow(AbstractFlow):
     """The velocity of ``flow`` multiplied by a positive scalar ``g(model, loss)``.
 
     With the clock ``τ(t) = ∫₀ᵗ g ds`` the warped flow is the inner flow in time τ, so it visits
-    the same path and reaches the same limit, at a different speed (THEORY §2.2 [AZ-WARP]).
+    the same path and reaches the same limit, at a different speed ([THEORY §2.2][theory-2-2]
+    [AZ-WARP][theory-az-warp]).
 
     **Arguments:**
     - `flow`: the inner flow (`GradientFlow()`, a `MirrorFlow`, or another warp).
     - `g`: ``g(model, loss) -> scalar > 0``: `model` is the current model, `loss` the current loss
       value (a scalar array). Examples: ``lambda m, L: jnp.abs(m.second[0])`` (the single-neuron
-      warp ``g = |a|`` of THEORY §2.4), ``lambda m, L: 1 / L`` (a log-time clock, e.g. for
-      classification).
-      To sweep parameters of g without recompiling, pass an ``eqx.Module`` with array fields and a
+      warp ``g = |a|`` of [THEORY §2.4][theory-2-4]), ``lambda m, L: 1 / L`` (a log-time clock, e.g.
+      for classification). To sweep parameters of g without recompiling, pass an ``eqx.Module`` with
+      array fields and a
       ``__call__(model, loss)``.
 
     Where ``g ≤ 0`` or is not finite the velocity is set to NaN, so ``integrate`` stops with

@@ -1,5 +1,6 @@
 """Exact flows through activation kinks: event-located switches and Filippov sliding
-(THEORY §8.2). The engine runs them (`ibflow.integrate` on an `AbstractPiecewiseLinearModel`)."""
+([THEORY §8.2][theory-8-2]). The engine runs them (`ibflow.integrate` on an
+`AbstractPiecewiseLinearModel`)."""
 
 from .base import AbstractSwitchingDynamics as AbstractSwitchingDynamics
 from .dynamics import PiecewiseLinearDynamics as PiecewiseLinearDynamics

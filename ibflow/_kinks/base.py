@@ -1,4 +1,4 @@
-"""Dynamics whose vector field switches between smooth pieces (THEORY §8.2)."""
+"""Dynamics whose vector field switches between smooth pieces ([THEORY §8.2][theory-8-2])."""
 
 import abc
 

@@ -1,5 +1,5 @@
 """Parameter-space flow of a piecewise-linear model with event-located activation switches and
-Filippov sliding (THEORY §8.2); the switching itself is `AbstractKinkedDynamics`'s."""
+Filippov sliding ([THEORY §8.2][theory-8-2]); the switching itself is `AbstractKinkedDynamics`'s."""
 
 import equinox as eqx
 import jax

@@ -1,5 +1,5 @@
 """Filippov equivalent control: the kink slopes that keep sliding pre-activations at 0
-(THEORY §8.2)."""
+([THEORY §8.2][theory-8-2])."""
 
 from collections.abc import Callable
 

@@ -1,6 +1,7 @@
-"""The switching logic shared by every dynamics of a piecewise-linear model (THEORY §8.2):
-activation modes, Filippov equivalent control, switch events and transitions. A concrete
-dynamics combines `AbstractKinkedDynamics` with a smooth dynamics whose vector field takes the
+"""The switching logic shared by every dynamics of a piecewise-linear model
+([THEORY §8.2][theory-8-2]): activation modes, Filippov equivalent control, switch events and
+transitions. A concrete dynamics combines `AbstractKinkedDynamics` with a smooth dynamics whose
+vector field takes the
 kink slopes of every (example, neuron) pair as its ``args``: parameter space
 (`ibflow._kinks.dynamics.PiecewiseLinearDynamics`) and the two-layer classifier's span
 coordinates (`ibflow._kinks.classifier.ClassifierKinkedDynamics`)."""
@@ -68,7 +69,7 @@ def _system_sizes(max_rows: int) -> tuple[int, ...]:
 class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     """A flow of a piecewise-linear model with the slopes ``σ'`` of every (example, neuron) pair
     fixed by the mode: ``hi``/``lo`` by side, and on sliding pairs the equivalent-control
-    multipliers ``λ ∈ [lo, hi]`` that keep ``z = 0`` (THEORY §8.2).
+    multipliers ``λ ∈ [lo, hi]`` that keep ``z = 0`` ([THEORY §8.2][theory-8-2]).
 
     Put it before a smooth dynamics in the bases: `vector_field` and `linearization` call the
     smooth one's (``super()``) with the mode's slopes, shape (n, m), as ``args``, and the smooth

@@ -11,7 +11,7 @@ class Mode(eqx.Module):
     - `positive`: the pair's side: True for ``z > 0`` (slope ``hi``), False for ``z < 0``.
       Meaningless while sliding.
     - `sliding`: the pair is pinned at ``z = 0`` with an equivalent-control slope
-      ``λ ∈ [lo, hi]`` (Filippov sliding, THEORY §8.2).
+      ``λ ∈ [lo, hi]`` (Filippov sliding, [THEORY §8.2][theory-8-2]).
     - `offset`: subtracted from each pair's event value so that every value starts the segment
       positive (a pair that has just crossed sits at ``|z| ≈ root-finder accuracy`` on either
       side of 0; it must not trigger again, nor mask a later switch of another pair).
@@ -40,7 +40,7 @@ class KinkCounters(eqx.Module):
 
 
 class KinkReport(eqx.Module):
-    """Per-solution report of a kinked flow (THEORY §8.2).
+    """Per-solution report of a kinked flow ([THEORY §8.2][theory-8-2]).
 
     **Fields:**
     - `switches`: number of pair switches (crossings, slide entries and exits; at one located

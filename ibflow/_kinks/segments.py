@@ -1,4 +1,4 @@
-"""The segment loop: ``diffeqsolve`` from switch to switch (THEORY §8.2). The engine
+"""The segment loop: ``diffeqsolve`` from switch to switch ([THEORY §8.2][theory-8-2]). The engine
 (``ibflow._engine``) runs each phase of a switching dynamics through `solve_segments`."""
 
 import diffrax as dfx

@@ -1,4 +1,5 @@
-"""Shared initialization helpers: scale/shape parametrizations of THEORY §2.3 and §2.4."""
+"""Shared initialization helpers: scale/shape parametrizations of [THEORY §2.3][theory-2-3] and
+[§2.4][theory-2-4]."""
 
 import jax.numpy as jnp
 
@@ -16,5 +17,6 @@ def checked_scale_shape(alpha, shape):
 
 def layer_norms(alpha, shape):
     """``(large, small) = (sqrt(α(1+s)/(1−s)), sqrt(α(1−s)/(1+s)))``: so large·small = α and
-    (large − small)/(large + small) = s (the authors' parametrization, THEORY [AZ-7.1], §2.4)."""
+    (large − small)/(large + small) = s (the authors' parametrization,
+    [THEORY AZ-7.1][theory-az-7-1], [§2.4][theory-2-4])."""
     return jnp.sqrt(alpha * (1 + shape) / (1 - shape)), jnp.sqrt(alpha * (1 - shape) / (1 + shape))

@@ -4,7 +4,13 @@ ibflow integrates **any** Equinox module whose ``__call__(x)`` takes one example
 scalar (batch with ``jax.vmap(model)(X)``); its inexact array leaves are its parameters. No base
 class is required. The classes here are optional capabilities that generic code asks for:
 a `predictor()` (end-to-end weight), `invariants()` (conserved quantities), a closed-form
-reduction of the flow (`reduced_dynamics`), a cost estimate for sweeps.
+reduction of the flow (`reduced_dynamics`), its exact implicit regularizer (`implicit_bias`), its
+predictor-space metric (`inverse_metric_field`), a cost estimate for sweeps. A new model brings
+its own theory by implementing these; no generic code names a concrete model.
+
+Layering (`docs/architecture.md`): models sit above the dynamics, the regularizers and the metric
+fields (a model builds its own reduction, regularizer and metric from them) and below the
+formulations, the engine and the theory's solvers, which ask models for capabilities.
 
 Leaves that are *not* trained (a fixed second layer, an activation slope) are still array
 leaves, so they can be swept without recompiling, but the model wraps them in
@@ -15,7 +21,10 @@ import abc
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, ArrayLike, Float, PyTree
+
+from .._theory.metrics import AbstractInverseMetricField
+from .._theory.regularizers.base import AbstractRegularizer
 
 
 class AbstractModel(eqx.Module):
@@ -27,7 +36,8 @@ class AbstractModel(eqx.Module):
 
 
 class AbstractInvariantModel(AbstractModel):
-    """A model with quantities conserved by gradient flow (THEORY §2.7 [DU])."""
+    """A model with quantities conserved by gradient flow ([THEORY §2.7][theory-2-7]
+    [DU][theory-du])."""
 
     @abc.abstractmethod
     def invariants(self) -> PyTree[Array]:
@@ -35,7 +45,8 @@ class AbstractInvariantModel(AbstractModel):
 
 
 class AbstractPredictorModel(AbstractModel):
-    """A model with an end-to-end weight vector ``w̃(θ)`` in input space (THEORY §2.1, §2.5)."""
+    """A model with an end-to-end weight vector ``w̃(θ)`` in input space ([THEORY §2.1][theory-2-1],
+    [§2.5][theory-2-5])."""
 
     @abc.abstractmethod
     def predictor(self) -> Float[Array, " d"]:
@@ -43,7 +54,8 @@ class AbstractPredictorModel(AbstractModel):
 
 
 class AbstractLinearModel(AbstractPredictorModel):
-    """A model that is linear in its input: ``f(x) = <predictor(), x>`` (THEORY §2.1)."""
+    """A model that is linear in its input: ``f(x) = <predictor(), x>``
+    ([THEORY §2.1][theory-2-1])."""
 
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, ""]:
         return jnp.dot(self.predictor(), x)
@@ -56,3 +68,27 @@ class AbstractReducibleModel(AbstractModel):
     def reduced_dynamics(self, X, y, flow, loss):
         """An `AbstractDynamics` integrating ``flow`` on ``loss`` from ``self`` in reduced
         coordinates, or None when no reduction applies to this flow and loss."""
+
+
+class AbstractImplicitBiasModel(AbstractModel):
+    """A model whose gradient flow on the square loss has a known exact implicit regularizer
+    ([THEORY §2.3–§2.5][theory-2-3]); `ibflow.implicit_bias` asks for it."""
+
+    @abc.abstractmethod
+    def implicit_bias(self, *, final_sign: Float[ArrayLike, ""] | None = None
+                      ) -> AbstractRegularizer:
+        """The regularizer ``Q`` with ``w(∞) = argmin Q s.t. Xw = b`` for the flow started at
+        ``self``. `final_sign`: the sign of the second layer at the end, for models whose
+        regularizer depends on it (else None, and a ``ValueError`` when given). Raises
+        `NoExactRegularizer` where this instance has none (e.g. several hidden neurons)."""
+
+
+class AbstractMetricFieldModel(AbstractPredictorModel):
+    """A model whose predictor-space inverse metric ``J Jᵀ`` is a closed-form function of the
+    predictor on its invariant manifold ([THEORY §2.1][theory-2-1]); the Hessian-map test
+    (`ibflow.inverse_metric_field`) asks for it."""
+
+    @abc.abstractmethod
+    def inverse_metric_field(self) -> AbstractInverseMetricField:
+        """``M(w̃)`` with the conserved quantities of ``self``; ``ValueError`` where this instance
+        has none (several hidden neurons, [§2.6][theory-2-6])."""

@@ -1,4 +1,5 @@
-"""Two-layer ReLU / leaky-ReLU classifier with a trained first layer (THEORY §4.0, §4.1)."""
+"""Two-layer ReLU / leaky-ReLU classifier with a trained first layer ([THEORY §4.0][theory-4-0],
+[§4.1][theory-4-1])."""
 
 import equinox as eqx
 import jax
@@ -6,15 +7,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .activation import leaky_relu
+from .._activations.relu import leaky_relu
+from .._kinks.classifier import ClassifierReducedDynamics
 from .base import AbstractInvariantModel, AbstractReducibleModel
 from .piecewise_linear import AbstractPiecewiseLinearModel
 
 
 class TwoLayerClassifier(AbstractInvariantModel, AbstractReducibleModel,
                          AbstractPiecewiseLinearModel):
-    """``f(x; W) = Σⱼ aⱼ φ(⟨wⱼ, x⟩ + bⱼ)`` with ``φ(z) = max(z, γz)`` (THEORY §4.0,
-    Frei et al. §4.1).
+    """``f(x; W) = Σⱼ aⱼ φ(⟨wⱼ, x⟩ + bⱼ)`` with ``φ(z) = max(z, γz)`` ([THEORY §4.0][theory-4-0],
+    Frei et al. in [§4.1][theory-4-1]).
 
     **Fields:**
     - `first`: the first layer ``W`` (m, d), rows ``wⱼ``; always trained.
@@ -28,8 +30,8 @@ class TwoLayerClassifier(AbstractInvariantModel, AbstractReducibleModel,
     The network is positively homogeneous in its trained parameters ``θ``, of degree
     ``homogeneity = 1 + train_second`` (the bias sits inside φ, so ``(wⱼ, bⱼ)`` scale together).
     Gradient flow conserves ``aⱼ² − ‖wⱼ‖² − bⱼ²`` per neuron when ``a`` is trained
-    (THEORY §2.7 [DU]);
-    with a fixed second layer nothing is conserved and `invariants()` is empty.
+    ([THEORY §2.7][theory-2-7] [DU][theory-du]); with a fixed second layer nothing is conserved and
+    `invariants()` is empty.
     """
 
     first: Float[Array, "m d"]
@@ -57,8 +59,8 @@ class TwoLayerClassifier(AbstractInvariantModel, AbstractReducibleModel,
         slope: Float[ArrayLike, ""] = 0.0, second_scale: str = "sqrt", bias: bool = False,
         train_second: bool = False, balanced: bool = True, key: PRNGKeyArray,
     ) -> "TwoLayerClassifier":
-        """The initialization of THEORY §4.1: ``W_jk(0) ~ N(0, σ²)`` with σ = `init_std`,
-        ``aⱼ = ±1/√m`` (``second_scale="sqrt"``, Frei et al.) or ``±1/m`` (``"linear"``,
+        """The initialization of [THEORY §4.1][theory-4-1]: ``W_jk(0) ~ N(0, σ²)`` with σ =
+        `init_std`, ``aⱼ = ±1/√m`` (``second_scale="sqrt"``, Frei et al.) or ``±1/m`` (``"linear"``,
         Kou et al.).
 
         **Arguments:**
@@ -136,10 +138,8 @@ class TwoLayerClassifier(AbstractInvariantModel, AbstractReducibleModel,
         return jnp.sqrt(sum(jnp.sum(v**2) for v in self.trained().values()))
 
     def reduced_dynamics(self, X, y, flow, loss):
-        """Span coordinates (THEORY §4.1) for flows without a preconditioner (gradient flow in
-        any clock); None for mirror flows, whose velocity leaves the span."""
-        from .._dynamics.classifier import ClassifierReducedDynamics
-
+        """Span coordinates ([THEORY §4.1][theory-4-1]) for flows without a preconditioner (gradient
+        flow in any clock); None for mirror flows, whose velocity leaves the span."""
         if flow.preconditioner(self, self) is not None:
             return None
         return ClassifierReducedDynamics(self, X, y, flow, loss)

@@ -1,17 +1,27 @@
-"""Untied two-layer diagonal linear network (THEORY §2.3)."""
+"""Untied two-layer diagonal linear network ([THEORY §2.3][theory-2-3])."""
 
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from .. import _checks
+from .._dynamics.diagonal import DiagonalReducedDynamics
+from .._losses import AbstractSquareLoss
+from .._theory.metrics import DiagonalInverseMetric
+from .._theory.regularizers.diagonal import DiagonalNetRegularizer
 from ._init import checked_scale_shape, layer_norms
-from .base import AbstractInvariantModel, AbstractLinearModel, AbstractReducibleModel
+from .base import (
+    AbstractImplicitBiasModel,
+    AbstractInvariantModel,
+    AbstractLinearModel,
+    AbstractMetricFieldModel,
+    AbstractReducibleModel,
+)
 from .cost import AbstractCostEstimate
 
 
 class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducibleModel,
-                  AbstractCostEstimate):
-    """``f(x) = <u₊∘v₊ − u₋∘v₋, x>`` with all four vectors trained (THEORY §2.3).
+                  AbstractImplicitBiasModel, AbstractMetricFieldModel, AbstractCostEstimate):
+    """``f(x) = <u₊∘v₊ − u₋∘v₋, x>`` with all four vectors trained ([THEORY §2.3][theory-2-3]).
 
     Gradient flow conserves ``u₊² − v₊²`` and ``u₋² − v₋²`` per coordinate. Construct from any
     explicit (e.g. biased, Appendix A) initialization with ``DiagonalNet(u₊, v₊, u₋, v₋)``, or
@@ -33,7 +43,7 @@ class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducible
         cls, scale: Float[ArrayLike, "*d"], shape: Float[ArrayLike, "*d"] = 0.0, *,
         dim: int | None = None,
     ) -> "DiagonalNet":
-        """Unbiased initialization of THEORY [AZ-7.1]: ``u₀ = sqrt(α(1−s)/(1+s))``,
+        """Unbiased initialization of [THEORY AZ-7.1][theory-az-7-1]: ``u₀ = sqrt(α(1−s)/(1+s))``,
         ``v₀ = sqrt(α(1+s)/(1−s))`` for both signs, so ``w(0) = 0``.
 
         **Arguments:**
@@ -62,21 +72,34 @@ class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducible
         return {"plus": self.u_plus**2 - self.v_plus**2,
                 "minus": self.u_minus**2 - self.v_minus**2}
 
-    # --- closed-form trajectory (THEORY §2.3) ----------------------------------------------
+    # --- closed-form trajectory ([THEORY §2.3][theory-2-3])
+    # ----------------------------------------------
     def reduced_dynamics(self, X, y, flow, loss):
-        """Gradient flow on the square loss reduces to an n-dim ODE (THEORY §2.3)."""
-        from .._dynamics.diagonal import DiagonalReducedDynamics
-        from .._flows.gradient import GradientFlow
-        from .._losses import SquareLoss
-
-        if isinstance(flow, GradientFlow) and isinstance(loss, SquareLoss):
+        """Gradient flow in real time (no preconditioner, no time warp) on the square loss
+        (`AbstractSquareLoss`) reduces to an n-dim ODE ([THEORY §2.3][theory-2-3])."""
+        plain = not flow.time_warped and flow.preconditioner(self, self) is None
+        if plain and isinstance(loss, AbstractSquareLoss):
             return DiagonalReducedDynamics(self, X, y)
         return None
 
+    def implicit_bias(self, *, final_sign=None) -> DiagonalNetRegularizer:
+        """Theorem 1 / Appendix A for any initialization ([THEORY AZ-T1][theory-az-t1],
+        [AZ-A][theory-az-a])."""
+        if final_sign is not None:
+            raise ValueError("final_sign applies only to single-neuron models.")
+        p, m = self.exp_coefficients()
+        return DiagonalNetRegularizer.from_exp_coefficients(p, m, self.predictor())
+
+    def inverse_metric_field(self) -> DiagonalInverseMetric:
+        """``M(w) = diag(sqrt(4w² + k²))`` with the conserved ``k = 4 sqrt(P N)``
+        ([THEORY §2.3][theory-2-3], [AZ-A][theory-az-a])."""
+        p, m = self.exp_coefficients()
+        return DiagonalInverseMetric(k=4.0 * jnp.sqrt(p * m))
+
     def exp_coefficients(self) -> tuple[Float[Array, " d"], Float[Array, " d"]]:
         """``(P, N) ≥ 0`` with ``w(ρ) = P e^ρ − N e^{−ρ}`` along gradient flow, where
-        ``ρ(t) = −(2/n) Xᵀ ∫₀ᵗ (Xw − y) ds`` (THEORY §2.3 closed-form trajectory; ``P − N = w₀``,
-        ``P + N = K``)."""
+        ``ρ(t) = −(2/n) Xᵀ ∫₀ᵗ (Xw − y) ds`` ([THEORY §2.3][theory-2-3] closed-form trajectory;
+        ``P − N = w₀``, ``P + N = K``)."""
         a_p, b_p = self.u_plus + self.v_plus, self.u_plus - self.v_plus
         a_m, b_m = self.u_minus + self.v_minus, self.u_minus - self.v_minus
         return (a_p**2 + b_m**2) / 4, (b_p**2 + a_m**2) / 4
@@ -93,7 +116,7 @@ class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducible
 
     def estimated_cost(self) -> Float[Array, ""]:
         """Predicted step count (for sweep ordering): the escape from a small initialization
-        takes ~log(1/k) e-folds (THEORY §2.3, k = 2·sqrt(K² − w₀²) = 4·sqrt(P·N)), so more
-        steps for small k."""
+        takes ~log(1/k) e-folds ([THEORY §2.3][theory-2-3], k = 2·sqrt(K² − w₀²) = 4·sqrt(P·N)), so
+        more steps for small k."""
         p, m = self.exp_coefficients()
         return -jnp.mean(jnp.log(4 * jnp.sqrt(p * m) + 1e-300))

@@ -1,19 +1,22 @@
-"""Two-layer single leaky-ReLU neuron (THEORY §2.5)."""
+"""Two-layer single leaky-ReLU neuron ([THEORY §2.5][theory-2-5])."""
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
+from .._activations.relu import leaky_relu
+from .._theory.metrics import NeuronInverseMetric
+from .._theory.regularizers.leaky_neuron import LeakyNeuronRegularizer
 from ._init import checked_scale_shape, layer_norms
-from .activation import leaky_relu
-from .base import AbstractInvariantModel, AbstractPredictorModel
+from ._neuron import final_sign as checked_final_sign
+from .base import AbstractImplicitBiasModel, AbstractInvariantModel, AbstractMetricFieldModel
 from .piecewise_linear import AbstractPiecewiseLinearModel
 
 
-class LeakyReLUNeuron(AbstractPredictorModel, AbstractInvariantModel,
+class LeakyReLUNeuron(AbstractMetricFieldModel, AbstractInvariantModel, AbstractImplicitBiasModel,
                       AbstractPiecewiseLinearModel):
-    """``f(x) = a σ(<w, x>)`` with ``σ(z) = max(z, γz)``, γ ∈ (0, 1] (THEORY §2.5).
+    """``f(x) = a σ(<w, x>)`` with ``σ(z) = max(z, γz)``, γ ∈ (0, 1] ([THEORY §2.5][theory-2-5]).
 
     ``slope`` is a fixed (untrained) array leaf, so it can be swept without recompiling. Gradient
     flow conserves ``δ = a² − ‖w‖²`` (positive homogeneity).
@@ -34,7 +37,7 @@ class LeakyReLUNeuron(AbstractPredictorModel, AbstractInvariantModel,
         cls, scale: Float[ArrayLike, ""], shape: Float[ArrayLike, ""] = 0.0, *, dim: int,
         slope: Float[ArrayLike, ""] = 0.2, key: PRNGKeyArray,
     ) -> "LeakyReLUNeuron":
-        """Same scale/shape parametrization as the single FC neuron (THEORY §2.4):
+        """Same scale/shape parametrization as the single FC neuron ([THEORY §2.4][theory-2-4]):
         ``|a| = sqrt(α(1+s)/(1−s))``, ``‖w‖ = sqrt(α(1−s)/(1+s))``, random direction and sign."""
         _checks.width(dim, "dim")
         alpha, s = checked_scale_shape(scale, shape)
@@ -51,11 +54,24 @@ class LeakyReLUNeuron(AbstractPredictorModel, AbstractInvariantModel,
         return self.a * leaky_relu(jnp.dot(self.w, x), jax.lax.stop_gradient(self.slope))
 
     def predictor(self) -> Float[Array, " d"]:
-        """The end-to-end weight ``w̃ = a w``; ``f(x) = sign(a) σ(sign(a) <w̃, x>)`` (THEORY §2.5)."""
+        """The end-to-end weight ``w̃ = a w``; ``f(x) = sign(a) σ(sign(a) <w̃, x>)``
+        ([THEORY §2.5][theory-2-5])."""
         return self.a * self.w
 
     def invariants(self) -> dict[str, Float[Array, ""]]:
         return {"delta": self.a**2 - jnp.sum(self.w**2)}
+
+    def implicit_bias(self, *, final_sign=None) -> LeakyNeuronRegularizer:
+        """Theorem 4 ([THEORY AZ-T4][theory-az-t4]), with the flip rule for `final_sign`; its
+        interpolation set is affine."""
+        sign = checked_final_sign(self.a, self.w, final_sign)
+        return LeakyNeuronRegularizer(delta=self.a**2 - jnp.sum(self.w**2), anchor=sign * self.w,
+                                      slope=jnp.asarray(self.slope, dtype=float), sign=sign)
+
+    def inverse_metric_field(self) -> NeuronInverseMetric:
+        """``M(w̃) = a² I + w̃w̃ᵀ/a²`` with the conserved ``δ = a² − ‖w‖²``
+        ([THEORY §2.5][theory-2-5])."""
+        return NeuronInverseMetric(delta=self.a**2 - jnp.sum(self.w**2))
 
     def has_kinks(self) -> bool:
         return True

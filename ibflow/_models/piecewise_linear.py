@@ -1,4 +1,5 @@
-"""Capability of models whose activation is piecewise linear with one kink at 0 (THEORY §8.2)."""
+"""Capability of models whose activation is piecewise linear with one kink at 0
+([THEORY §8.2][theory-8-2])."""
 
 import abc
 
@@ -14,12 +15,12 @@ class AbstractPiecewiseLinearModel(AbstractModel):
 
     Because ``σ(0) = 0`` the outputs do not depend on the slope chosen at a kink, while the
     parameter gradient is affine in it: this is what lets a Filippov flow choose
-    ``σ'(0) = λ ∈ [lo, hi]`` per (example, neuron) pair (THEORY §8.2).
+    ``σ'(0) = λ ∈ [lo, hi]`` per (example, neuron) pair ([THEORY §8.2][theory-8-2]).
 
     The kink solver (``ibflow._kinks``) additionally assumes that the velocity of neuron k's
     pre-activations depends only on neuron k's slopes (true for two-layer networks under
-    gradient, diagonal mirror and scalar-warped flows, THEORY §8.2), so the equivalent-control
-    system splits per neuron.
+    gradient, diagonal mirror and scalar-warped flows, [THEORY §8.2][theory-8-2]), so the
+    equivalent-control system splits per neuron.
     """
 
     @abc.abstractmethod

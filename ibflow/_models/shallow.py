@@ -1,4 +1,4 @@
-"""Shallow univariate networks ``f(x) = Σ_k a_k σ(w_k x − b_k) + d`` (THEORY §3) and the
+"""Shallow univariate networks ``f(x) = Σ_k a_k σ(w_k x − b_k) + d`` ([THEORY §3][theory-3]) and the
 input-bias distributions ``p_B`` of their initialization."""
 
 import abc
@@ -16,7 +16,8 @@ from .piecewise_linear import AbstractPiecewiseLinearModel
 Activation = Literal["relu", "abs"]
 
 
-# --- input-bias distributions p_B (THEORY §3.0: symmetric, continuous density) ---------------
+# --- input-bias distributions p_B ([THEORY §3.0][theory-3-0]: symmetric, continuous density)
+# ---------------
 class AbstractBiasDistribution(eqx.Module):
     """A symmetric distribution of the input biases ``b_k`` with a continuous density ``p_B``."""
 
@@ -35,11 +36,11 @@ class AbstractBiasDistribution(eqx.Module):
 
     @abc.abstractmethod
     def second_moment(self) -> Float[Array, ""]:
-        """``σ_B² = E[B²]`` (THEORY [LM-G], 𝒢₃)."""
+        """``σ_B² = E[B²]`` ([THEORY LM-G][theory-lm-g], 𝒢₃)."""
 
 
 class UniformBias(AbstractBiasDistribution):
-    """``B ~ Unif(−half_width, half_width)`` (the seed's figures, THEORY §3.1)."""
+    """``B ~ Unif(−half_width, half_width)`` (the seed's figures, [THEORY §3.1][theory-3-1])."""
 
     half_width: Float[Array, ""] = eqx.field(converter=lambda c: jnp.asarray(c, dtype=float))
 
@@ -97,19 +98,21 @@ def activation_fn(name: Activation):
 
 # --- the network ----------------------------------------------------------------------------
 class ShallowNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
-    """``f(x) = Σ_k a_k σ(w_k x − b_k) + d`` for scalar input x, σ = ReLU or |·| (THEORY §3).
+    """``f(x) = Σ_k a_k σ(w_k x − b_k) + d`` for scalar input x, σ = ReLU or |·|
+    ([THEORY §3][theory-3]).
 
     All of ``w, b, a`` (shape (n,)) and ``d`` (scalar) are trained. ``__call__`` takes ONE example
     of shape ``()`` or ``(1,)``; use ``X`` of shape (m, 1) with `integrate`. For the lazy regime
-    of THEORY §3.1 train with learning rate ``η₀/n`` (``MirrorFlow(..., learning_rate=η₀/n)``):
-    the output-layer tangent kernel is Θ(n).
+    of [THEORY §3.1][theory-3-1] train with learning rate ``η₀/n``
+    (``MirrorFlow(..., learning_rate=η₀/n)``): the output-layer tangent kernel is Θ(n).
 
     The ODE right-hand side is non-smooth where a kink ``b_k/w_k`` meets a data point; at small
     widths a kink can reach a data point and slide along it. `ibflow.integrate` locates each
-    such switch as an event and follows a slide exactly (Filippov, THEORY §8.2).
+    such switch as an event and follows a slide exactly (Filippov, [THEORY §8.2][theory-8-2]).
 
     ``σ`` is positively homogeneous, so gradient flow conserves ``a_k² − w_k² − b_k²`` per neuron
-    (THEORY §2.7 with the bias as a weight on the constant input); mirror flow does not.
+    ([THEORY §2.7][theory-2-7] with the bias as a weight on the constant input); mirror flow does
+    not.
     """
 
     w: Float[Array, " n"]
@@ -136,7 +139,7 @@ class ShallowNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
         output_std: Float[ArrayLike, ""] = 0.0, output_bias_std: Float[ArrayLike, ""] = 0.0,
         key: PRNGKeyArray,
     ) -> "ShallowNet":
-        """The initialization of THEORY §3.0–3.1.
+        """The initialization of [THEORY §3.0–3.1][theory-3-0].
 
         ``w_k ~ Unif{−1, +1}``, ``b_k ~ p_B`` (`bias`: `UniformBias(B)`, `GaussianBias(s)`),
         ``a_k = output_std · N(0, 1) / √n`` (0 by default, the seed's figures),

@@ -1,5 +1,5 @@
-"""A two-layer network for regression: m neurons, d inputs, any activation (THEORY §2.4, §2.6,
-§2.8's ReLU teacher–student)."""
+"""A two-layer network for regression: m neurons, d inputs, any activation
+([THEORY §2.4][theory-2-4], [§2.6][theory-2-6], [§2.8][theory-2-8]'s ReLU teacher–student)."""
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +22,11 @@ class TwoLayerNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
 
     With a piecewise-linear activation other than `Identity()` (ReLU, leaky ReLU, |·|),
     `ibflow.integrate` follows the flow through its kinks (activation switches located as
-    events, Filippov sliding, THEORY §8.2).
+    events, Filippov sliding, [THEORY §8.2][theory-8-2]).
 
     For positively homogeneous activations gradient flow conserves ``aⱼ² − ‖wⱼ‖² − bⱼ²`` per
-    neuron (THEORY §2.7 [DU] Thm 2.1): `invariants()` returns it as ``"balance"`` (for other
+    neuron ([THEORY §2.7][theory-2-7] [DU][theory-du] Thm 2.1): `invariants()` returns it as
+        ``"balance"`` (for other
     activations the same quantity is returned but is not conserved).
     """
 
@@ -51,8 +52,9 @@ class TwoLayerNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
         width: int, activation: AbstractActivation = Identity(), bias: bool = False,
         key: PRNGKeyArray,
     ) -> "TwoLayerNet":
-        """THEORY §2.4's scale/shape initialization per neuron: ``|aⱼ| = sqrt(α(1+s)/(1−s))``,
-        ``‖wⱼ‖ = sqrt(α(1−s)/(1+s))`` (so α = |aⱼ|‖wⱼ‖ and δⱼ = aⱼ² − ‖wⱼ‖² = 4αs/(1−s²)),
+        """[THEORY §2.4][theory-2-4]'s scale/shape initialization per neuron:
+        ``|aⱼ| = sqrt(α(1+s)/(1−s))``, ``‖wⱼ‖ = sqrt(α(1−s)/(1+s))`` (so α = |aⱼ|‖wⱼ‖ and δⱼ = aⱼ² −
+        ‖wⱼ‖² = 4αs/(1−s²)),
         directions uniform on the sphere, signs of ``aⱼ`` random; biases start at 0.
 
         **Arguments:** `scale` α > 0 and `shape` s ∈ (−1, 1), scalars or one per neuron;

@@ -1,4 +1,5 @@
-"""Abstract scalar potential φ of a separable mirror map (THEORY §1, §3.0).
+"""Abstract scalar potential φ of a separable mirror map ([THEORY §1][theory-1],
+[§3.0][theory-3-0]).
 
 A potential here is the one-dimensional, strictly convex ``φ: ℝ → ℝ``; the parameter-space
 potential is the separable sum ``Φ(θ) = Σ_j φ(θ_j − θ_j(0))`` or its width-scaled variant (see
@@ -38,7 +39,8 @@ class AbstractPotential(eqx.Module):
         solvers). Closed form where one exists, else ``newton_inverse``."""
 
     def bregman(self, x: Float[ArrayLike, "*s"], x0: Float[ArrayLike, "*s"]) -> Float[Array, "*s"]:
-        """Bregman divergence ``D_φ(x, x0) = φ(x) − φ(x0) − φ'(x0)(x − x0) ≥ 0`` (THEORY §1)."""
+        """Bregman divergence ``D_φ(x, x0) = φ(x) − φ(x0) − φ'(x0)(x − x0) ≥ 0``
+        ([THEORY §1][theory-1])."""
         x, x0 = jnp.asarray(x, dtype=float), jnp.asarray(x0, dtype=float)
         return self(x) - self(x0) - self.derivative(x0) * (x - x0)
 

@@ -1,4 +1,4 @@
-"""``φ(x) = cosh x`` (THEORY §3.0, an example unscaled potential)."""
+"""``φ(x) = cosh x`` ([THEORY §3.0][theory-3-0], an example unscaled potential)."""
 
 import jax.numpy as jnp
 

@@ -1,4 +1,4 @@
-"""``φ(x) = |x|³ + x²`` (THEORY §3.0, φ₂ of Fig. 1)."""
+"""``φ(x) = |x|³ + x²`` ([THEORY §3.0][theory-3-0], φ₂ of Fig. 1)."""
 
 import jax.numpy as jnp
 

@@ -1,4 +1,4 @@
-"""The scaled-potential family of THEORY §3.0: ``φ(x) = (ψ(x) + ω x²) / (1 + ω)``."""
+"""The scaled-potential family of [THEORY §3.0][theory-3-0]: ``φ(x) = (ψ(x) + ω x²) / (1 + ω)``."""
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -11,8 +11,8 @@ from .base import AbstractPotential, newton_inverse
 class MixturePotential(AbstractPotential):
     """``φ(x) = (ψ(x) + ω x²)/(1 + ω)`` with ψ convex (any `AbstractPotential`) and ``ω > 0``.
 
-    Liang–Montúfar's scaled-potential theorem needs ω large enough (THEORY §3.0); ``ω`` is an
-    array leaf, so sweeping it does not recompile.
+    Liang–Montúfar's scaled-potential theorem needs ω large enough ([THEORY §3.0][theory-3-0]);
+    ``ω`` is an array leaf, so sweeping it does not recompile.
     """
 
     psi: AbstractPotential

@@ -1,4 +1,5 @@
-"""Even polynomial potentials ``φ(x) = c₂x² + c₃|x|³ + c₄x⁴`` (φ₁, φ₂, φ₃ of THEORY §3.0)."""
+"""Even polynomial potentials ``φ(x) = c₂x² + c₃|x|³ + c₄x⁴`` (φ₁, φ₂, φ₃ of
+[THEORY §3.0][theory-3-0])."""
 
 import equinox as eqx
 import jax.numpy as jnp

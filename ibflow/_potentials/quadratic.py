@@ -11,8 +11,8 @@ from .base import AbstractPotential
 class QuadraticPotential(AbstractPotential):
     """``φ(x) = c x²`` with ``c > 0``; ``φ'' = 2c``.
 
-    ``c = 1`` is the seed's φ₁ = x² (THEORY §3.0, Fig. 1); ``c = 1/2`` makes ``MirrorFlow`` equal
-    to ``GradientFlow`` exactly.
+    ``c = 1`` is the seed's φ₁ = x² ([THEORY §3.0][theory-3-0], Fig. 1); ``c = 1/2`` makes
+    ``MirrorFlow`` equal to ``GradientFlow`` exactly.
     """
 
     coefficient: Float[Array, ""] = eqx.field(converter=lambda c: jnp.asarray(c, dtype=float),

@@ -1,4 +1,4 @@
-"""``φ(x) = x⁴ + x²`` (THEORY §3.0, φ₃ of Fig. 1)."""
+"""``φ(x) = x⁴ + x²`` ([THEORY §3.0][theory-3-0], φ₃ of Fig. 1)."""
 
 import jax.numpy as jnp
 

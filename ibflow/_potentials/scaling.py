@@ -1,11 +1,11 @@
-"""How φ is summed into the parameter-space potential Φ (THEORY §3.1).
+"""How φ is summed into the parameter-space potential Φ ([THEORY §3.1][theory-3-1]).
 
 * ``Unscaled()``: ``Φ(θ) = Σ_j φ(Δ_j)``, ``Δ = θ − θ(0)``.
 * ``WidthScaled(n)``: ``Φ(θ) = n⁻² Σ_j φ(n Δ_j)``, so ``∇Φ = n⁻¹ φ'(nΔ)`` and ``∇²Φ = φ''(nΔ)``:
   φ is probed at ``nΔ = O(1)`` while lazy training moves each parameter by ``O(1/n)``.
 
 The width ``n`` is an array leaf (sweeping it does not recompile); it is the network width of
-THEORY §3, not the size of θ.
+[THEORY §3][theory-3], not the size of θ.
 """
 
 import abc
@@ -39,7 +39,7 @@ class AbstractScaling(eqx.Module):
 
 
 class Unscaled(AbstractScaling):
-    """``Φ(θ) = Σ_j φ(θ_j − θ_j(0))`` (THEORY §3.0 "unscaled potential")."""
+    """``Φ(θ) = Σ_j φ(θ_j − θ_j(0))`` ([THEORY §3.0][theory-3-0] "unscaled potential")."""
 
     def value(self, phi, delta):
         return jnp.sum(phi(delta))
@@ -55,7 +55,8 @@ class Unscaled(AbstractScaling):
 
 
 class WidthScaled(AbstractScaling):
-    """``Φ(θ) = n⁻² Σ_j φ(n(θ_j − θ_j(0)))`` (THEORY §3.0 "scaled potential"), ``n`` = width."""
+    """``Φ(θ) = n⁻² Σ_j φ(n(θ_j − θ_j(0)))`` ([THEORY §3.0][theory-3-0] "scaled potential"), ``n`` =
+    width."""
 
     width: Float[Array, ""] = eqx.field(converter=lambda n: jnp.asarray(n, dtype=float))
 

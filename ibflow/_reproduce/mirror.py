@@ -1,12 +1,14 @@
-"""Liang & Montúfar (THEORY §3): wide shallow univariate networks trained by mirror flow converge
-to the solution of a variational problem, with L∞ error ~ n^{-1/2}.
+"""Liang & Montúfar ([THEORY §3][theory-3]): wide shallow univariate networks trained by mirror flow
+converge to the solution of a variational problem, with L∞ error ~ n^{-1/2}.
 
 * ``mirror-relu`` (Fig. 1): ReLU nets, unscaled potentials φ₁ = x², φ₂ = |x|³+x², φ₃ = x⁴+x²,
-  vs [LM-G]; and gradient flow on five copies of the data with labels shifted by constants.
-* ``mirror-abs`` (Fig. 2): |·| nets, width-scaled potentials, vs [LM-B] for each φ; and the
-  distribution of |h''| of the three variational solutions.
+  vs [LM-G][theory-lm-g]; and gradient flow on five copies of the data with labels shifted by
+  constants.
+* ``mirror-abs`` (Fig. 2): |·| nets, width-scaled potentials, vs [LM-B][theory-lm-b] for each φ; and
+  the distribution of |h''| of the three variational solutions.
 
-Data (THEORY §6 item 4 leaves it open): four (mirror-relu) or three (mirror-abs) points in
+Data ([THEORY §6][theory-6] item 4 leaves it open): four (mirror-relu) or three (mirror-abs) points
+    in
 [−1, 1], p_B = Unif(−2, 2),
 ``a(0) = d(0) = 0``, learning rate ``η₀/n`` with η₀ = 1, ``SquareLoss`` (a mean: only rescales
 time). The three potentials are stacked `PolynomialPotential`s and several seeds are vmapped, so
@@ -16,8 +18,9 @@ excluded from the fits and counted in ``converged_fraction``.
 
 Small widths: the hidden layer moves by O(1/n) here, and at small widths a kink ``b_k/w_k``
 reaches a data point and slides along it (a Filippov sliding mode of the exact flow), which
-`integrate` follows through its kinks (THEORY §8.2). ``mirror-relu`` therefore starts at width 16
-(`RELU_SMALL_WIDTHS`; the slope is fitted from width 64 on, the lazy regime the theory is about);
+`integrate` follows through its kinks ([THEORY §8.2][theory-8-2]). ``mirror-relu`` therefore starts
+at width 16 (`RELU_SMALL_WIDTHS`; the slope is fitted from width 64 on, the lazy regime the theory
+is about);
 ``mirror-abs`` starts at 64. From width 64 on the flows are integrated as smooth
 (`SMOOTH_FROM_WIDTH`). The stiffness of the flow is ``cond(kernel) · max φ''/φ''(0)``, which
 is why the data are few, well-spread points.
@@ -42,7 +45,6 @@ from .._potentials.scaling import Unscaled, WidthScaled
 from .._status import Status
 from .._variational.abs import abs_variational
 from .._variational.relu import relu_variational
-from .registry import register
 
 X_DATA = np.array([-0.8, -0.3, 0.2, 0.7])
 Y_DATA = np.array([0.2, -0.1, 0.1, 0.3])
@@ -168,7 +170,8 @@ def run_relu(out: Path, full: bool) -> dict:
     start = time.time()
     g = relu_variational(X_DATA, Y_DATA, bias=BIAS)
     ref = np.asarray(g(jnp.asarray(EVAL_GRID)))
-    refs = np.stack([ref] * len(POTENTIALS))  # unscaled: one limit for every φ ([LM-T1])
+    refs = np.stack([ref] * len(POTENTIALS))  # unscaled: one limit for every φ
+    # ([LM-T1][theory-lm-t1])
     widths = RELU_SMALL_WIDTHS + cfg["widths"]
     errors, converged, between, moved, out_big = width_study(
         activation="relu", scaled=False, widths=widths, seeds=cfg["seeds"], references=refs,
@@ -282,13 +285,9 @@ def run_abs(out: Path, full: bool) -> dict:
     return summary
 
 
-@register("mirror-relu", help="Liang–Montúfar Fig. 1: ReLU nets, unscaled mirror potentials vs "
-          "the variational problem [LM-G]; L∞ error vs width; GF on shifted labels.")
-def mirror_relu(out: Path, full: bool) -> dict:
+def mirror_relu(out: Path, full: bool, progress: bool = False) -> dict:
     return run_relu(out, full)
 
 
-@register("mirror-abs", help="Liang–Montúfar Fig. 2: |·| nets, width-scaled potentials vs the "
-          "Bregman variational problem [LM-B]; L∞ error vs width; |h''| distributions.")
-def mirror_abs(out: Path, full: bool) -> dict:
+def mirror_abs(out: Path, full: bool, progress: bool = False) -> dict:
     return run_abs(out, full)

@@ -1,6 +1,7 @@
 """Learned per-coordinate initialization shapes of the diagonal net (issue 8): gradient descent
 on the validation error of the flow's limit point, with exact implicit gradients, against
-balanced (s = 0) and the best uniform shape of a sweep (THEORY [AZ-7.1], [AZ-T1], §2.8 data).
+balanced (s = 0) and the best uniform shape of a sweep ([THEORY AZ-7.1][theory-az-7-1],
+[AZ-T1][theory-az-t1], [§2.8][theory-2-8] data).
 """
 
 import json
@@ -22,12 +23,11 @@ from .._integrate import integrate  # noqa: E402
 from .._models.diagonal import DiagonalNet  # noqa: E402
 from .._sweep.grid import Grid  # noqa: E402
 from .._sweep.sweep import sweep  # noqa: E402
-from .registry import register  # noqa: E402
 
 
 def split_problem(key, *, n_train: int, n_val: int, d: int, k: int = 5, noise: float = 0.1,
                   n_test: int = 2000):
-    """THEORY §2.8 sparse regression with ``n_train + n_val`` noisy samples split into
+    """[THEORY §2.8][theory-2-8] sparse regression with ``n_train + n_val`` noisy samples split into
     training and validation sets; the test set is noiseless."""
     data = _data.sparse_regression(key, n=n_train + n_val, d=d, k=k, noise=noise, n_test=n_test)
     return data, (data.X[:n_train], data.y[:n_train]), (data.X[n_train:], data.y[n_train:])
@@ -123,9 +123,7 @@ def plot(result: dict, path: Path, title: str):
     plt.close(fig)
 
 
-@register("optimize-shape",
-          help="learned per-coordinate init shapes vs balanced vs best uniform (diagonal net)")
-def run_optimize_shape(out: Path, full: bool) -> dict:
+def run_optimize_shape(out: Path, full: bool, progress: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     if full:
         sizes = dict(n_train=100, n_val=100, d=1000)
@@ -134,7 +132,8 @@ def run_optimize_shape(out: Path, full: bool) -> dict:
         sizes = dict(n_train=30, n_val=30, d=120)
         scales, shapes, steps = np.logspace(-3, -0.6, 3), np.linspace(0.0, 0.99, 12), 100
     data, train, val = split_problem(jax.random.key(1993), **sizes)
-    result = compare_shapes(data, train, val, scales=scales, shapes=shapes, steps=steps)
+    result = compare_shapes(data, train, val, scales=scales, shapes=shapes, steps=steps,
+                            progress=progress)
     figure = out / "optimize_shape.png"
     plot(result, figure, f"Learning the initialization shape (d = {sizes['d']}, "
                          f"{sizes['n_train']} train / {sizes['n_val']} validation samples)")

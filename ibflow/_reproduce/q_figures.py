@@ -1,4 +1,5 @@
-"""Figure 7.2 (contours of the single-neuron regularizer) and the flow-vs-Q check (THEORY §2.8)."""
+"""Figure 7.2 (contours of the single-neuron regularizer) and the flow-vs-Q check
+([THEORY §2.8][theory-2-8])."""
 
 from pathlib import Path
 
@@ -18,18 +19,16 @@ from .._models.fully_connected import FullyConnectedNet  # noqa: E402
 from .._theory.implicit_bias import implicit_bias  # noqa: E402
 from .._theory.minimizer import minimize_regularizer  # noqa: E402
 from .._theory.regularizers.single_neuron import SingleNeuronRegularizer  # noqa: E402
-from .registry import register  # noqa: E402
 
 
 def _neuron_regularizer(alpha, s):
-    """THEORY §2.8 Figure 7.2: ``w̃₀ = α(0.6, 0.8)``, ``δ = 4αs/(1 − s²)``, a₀ > 0."""
+    """[THEORY §2.8][theory-2-8] Figure 7.2: ``w̃₀ = α(0.6, 0.8)``, ``δ = 4αs/(1 − s²)``, a₀ > 0."""
     a0 = np.sqrt(alpha * (1 + s) / (1 - s))
     w0 = np.sqrt(alpha * (1 - s) / (1 + s)) * np.array([0.6, 0.8])
     return SingleNeuronRegularizer.from_layers(a0, w0, final_sign=1.0), a0 * w0
 
 
-@register("q-landscape", help="Figure 7.2: contours of the single-neuron regularizer Q (d = 2)")
-def run_q_landscape(out: Path, full: bool) -> dict:
+def run_q_landscape(out: Path, full: bool, progress: bool = False) -> dict:
     step = 0.1 if full else 0.25
     grid = np.arange(-10, 10, step)
     W1, W2 = np.meshgrid(grid, grid, indexing="ij")
@@ -52,7 +51,7 @@ def run_q_landscape(out: Path, full: bool) -> dict:
         summary[f"alpha={alpha},s={s}"] = {
             "delta": delta, "grad_norm_at_init": float(jnp.linalg.norm(Q.grad(w_tilde0))),
             "grid_argmin": [float(W1.ravel()[Z.argmin()]), float(W2.ravel()[Z.argmin()])]}
-    fig.suptitle("Single-neuron implicit regularizer Q (THEORY [AZ-FC-Q]); red: w̃₀")
+    fig.suptitle("Single-neuron implicit regularizer Q (docs/theory [AZ-FC-Q]); red: w̃₀")
     fig.tight_layout()
     fig.savefig(out / "q_landscape.png", dpi=120)
     plt.close(fig)
@@ -88,14 +87,14 @@ def _distance_curve(model, data, ts, *, method, Q=None):
     return np.asarray(ts)[ok], dist, final, int(sol.steps)
 
 
-@register("q-vs-flow", help="distance between the flow's trajectory and argmin Q over time")
-def run_q_vs_flow(out: Path, full: bool) -> dict:
+def run_q_vs_flow(out: Path, full: bool, progress: bool = False) -> dict:
     ts = jnp.logspace(-1, 7, 160)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     summary = {}
     # Diagonal net, α = 1e-4, s = 0.5 (the original's check, which could only afford d = 100).
     # With the low-rank implicit tail the 4d-parameter ODE reaches its limit at full size too:
-    # --full checks d = 1000 through the parameters (independent of THEORY §2.3's reduction).
+    # --full checks d = 1000 through the parameters (independent of [THEORY §2.3][theory-2-3]'s
+    # reduction).
     diag_cases = [(100, 10, "parameters")]
     diag_cases += ([(1000, 100, "parameters"), (1000, 100, "reduced")] if full
                    else [(300, 30, "reduced")])

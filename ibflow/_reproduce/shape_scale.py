@@ -1,7 +1,8 @@
-"""Figure 7.1 of Azulay et al. (THEORY §2.8) and a dense α × s map beyond it.
+"""Figure 7.1 of Azulay et al. ([THEORY §2.8][theory-2-8]) and a dense α × s map beyond it.
 
 The diagonal net's limit point depends on scale α and shape s only through
-k = 4α(1+s²)/(1−s²) (THEORY [AZ-7.1]): small k → min-ℓ1 (rich), large k → weighted ℓ2 (kernel).
+k = 4α(1+s²)/(1−s²) ([THEORY AZ-7.1][theory-az-7-1]): small k → min-ℓ1 (rich), large k → weighted ℓ2
+(kernel).
 """
 
 from pathlib import Path
@@ -18,7 +19,6 @@ from .. import data as _data  # noqa: E402
 from .._models.diagonal import DiagonalNet  # noqa: E402
 from .._sweep.grid import Grid  # noqa: E402
 from .._sweep.sweep import sweep  # noqa: E402
-from .registry import register  # noqa: E402
 
 PAPER_SHAPES = (0.0, 0.5, 0.7, 0.9, 0.99)
 LINE_STYLES = ("-", ":", "-.", "--", (0, (5, 1)))
@@ -30,7 +30,8 @@ SWEEP_RTOL = 1e-6
 
 
 def problem(full: bool):
-    """THEORY §2.8: d = 1000, N = 100, k = 5, noise std 0.1, 2000 noiseless test points."""
+    """[THEORY §2.8][theory-2-8]: d = 1000, N = 100, k = 5, noise std 0.1, 2000 noiseless test
+    points."""
     n, d = (100, 1000) if full else (50, 500)
     return _data.sparse_regression(jax.random.key(1993), n=n, d=d, k=5, noise=0.1, n_test=2000)
 
@@ -46,7 +47,7 @@ class UnbiasedDiagonal(eqx.Module):
 
 
 def shape_scale_sweep(data, scales, shapes, *, out: Path | None, early_stop: bool = False,
-                      progress: bool = True):
+                      progress: bool = False):
     build = UnbiasedDiagonal(data.X.shape[1])
     # The original stops GD when (1/N)‖y − ŷ‖² < 1e-4, i.e. our ½·mean(r²) < 5e-5.
     extra = {"target_loss": 5e-5} if early_stop else {}
@@ -54,12 +55,12 @@ def shape_scale_sweep(data, scales, shapes, *, out: Path | None, early_stop: boo
                  atol=SWEEP_RTOL * 1e-4, progress=progress, **extra)
 
 
-@register("shape-scale", help="Figure 7.1: population error vs scale α for five shapes s")
-def run_shape_scale(out: Path, full: bool) -> dict:
+def run_shape_scale(out: Path, full: bool, progress: bool = False) -> dict:
     data = problem(full)
     scales = np.logspace(-5, -0.6, 20 if full else 12)
-    exact = shape_scale_sweep(data, scales, PAPER_SHAPES, out=out / "exact")
-    early = shape_scale_sweep(data, scales, PAPER_SHAPES, out=out / "early_stop", early_stop=True)
+    exact = shape_scale_sweep(data, scales, PAPER_SHAPES, out=out / "exact", progress=progress)
+    early = shape_scale_sweep(data, scales, PAPER_SHAPES, out=out / "early_stop", early_stop=True,
+                              progress=progress)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, res, title in ((axes[0], exact, "exact limit point"),
                            (axes[1], early, "early stop at (1/N)‖r‖² < 1e-4 (as the original)")):
@@ -89,13 +90,12 @@ def run_shape_scale(out: Path, full: bool) -> dict:
     }
 
 
-@register("shape-scale-map", help="dense α × s map of test error and of the ℓ1↔ℓ2 position")
-def run_shape_scale_map(out: Path, full: bool) -> dict:
+def run_shape_scale_map(out: Path, full: bool, progress: bool = False) -> dict:
     data = problem(full)
     size = 48 if full else 16
     scales = np.logspace(-6, 0, size)
     shapes = np.linspace(0.0, 0.995, size)
-    res = shape_scale_sweep(data, scales, shapes, out=out / "sweep")
+    res = shape_scale_sweep(data, scales, shapes, out=out / "sweep", progress=progress)
     d1, d2 = res["distance_min_l1"], res["distance_min_l2"]
     # Position 0 = at the min-ℓ1 interpolant, 1 = at the min-ℓ2 interpolant (by distances).
     position = d1 / (d1 + d2)

@@ -1,13 +1,15 @@
 """``ibflow reproduce stable-rank``: the low-rank bias of two-layer (leaky-)ReLU classifiers on
-nearly orthogonal data, THEORY §4.0 (the seed study after Frei et al. 2023 and Kou et al. 2023).
+nearly orthogonal data, [THEORY §4.0][theory-4-0] (the seed study after Frei et al. 2023 and Kou et
+al. 2023).
 
 Stable rank of the first layer and spread of the normalized margins along the gradient flow, for
 the initialization grid σ ∈ {1e-5, 5e-5, 1e-4, 5e-4, 1e-3}, on
 (a) the Gaussian mixture (n = 10, d = 784, σ_p = 0.01, σ_e = 1, m = 100) with leaky ReLU (γ = 0.1),
 (b) the same data with ReLU, (c) scikit-learn's digits (even vs odd, n = 50, d = 64, m = 100),
 ReLU. Flows run in the log-loss clock through their kinks (located switches and Filippov
-sliding, THEORY §8.2; one compiled solve, member by member), down to loss 1e-4 (default)
-or 1e-30 (``--full``: far into the asymptotic regime, where the seed claims a stable rank ≤ 2);
+sliding, [THEORY §8.2][theory-8-2]; one compiled solve, member by member), down to loss 1e-4
+(default) or 1e-30 (``--full``: far into the asymptotic regime, where the seed claims a stable rank
+≤ 2);
 time on the plots is real gradient-flow time t. The summary reports each panel's final stable
 ranks and whether they end at or below 2.
 """
@@ -28,7 +30,6 @@ from .._models.classifier import TwoLayerClassifier
 from .._status import STATUS_NAMES
 from ..data._digits import digits
 from ..data._mixture import gaussian_mixture, near_orthogonality
-from .registry import register
 
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
 
@@ -82,9 +83,7 @@ def _plot(out, panels):
     plt.close(fig)
 
 
-@register("stable-rank", help="Stable rank and margin spread vs time for the init-σ grid: "
-          "Gaussian mixture (leaky ReLU, ReLU) and digits (THEORY §4).")
-def run(out: Path, full: bool) -> dict:
+def run(out: Path, full: bool, progress: bool = False) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     target = 1e-30 if full else 1e-4

@@ -1,7 +1,8 @@
-"""The authors' ReLU teacher–student experiment (THEORY §2.8: d = N = 5, m = 10, α = 1, s = 0.5,
-teacher s = 0.3) with `TwoLayerNet`: the flow's limit, its status, and the cosine distance of
+"""The authors' ReLU teacher–student experiment ([THEORY §2.8][theory-2-8]: d = N = 5, m = 10, α =
+1, s = 0.5, teacher s = 0.3) with `TwoLayerNet`: the flow's limit, its status, and the cosine
+distance of
 its final parameters to gradient descent's endpoint at a small step. GD is the only reference:
-no theorem covers multi-neuron ReLU networks (THEORY §2.6).
+no theorem covers multi-neuron ReLU networks ([THEORY §2.6][theory-2-6]).
 
 Files: ``teacher_student.json`` (one row per seed: status, losses, cosine distance and the limit
 itself: the flow's final parameters and its outputs on the training inputs),
@@ -22,12 +23,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import optax  # noqa: E402
 
+from .. import _progress  # noqa: E402
 from .._activations.relu import ReLU  # noqa: E402
 from .._discrete import descend  # noqa: E402
 from .._integrate import integrate  # noqa: E402
 from .._models.two_layer import TwoLayerNet  # noqa: E402
 from .._status import STATUS_NAMES  # noqa: E402
-from .registry import register  # noqa: E402
 
 D, N, WIDTH, ALPHA, SHAPE, TEACHER_SHAPE = 5, 5, 10, 1.0, 0.5, 0.3
 GD_STEP = 1e-3
@@ -77,11 +78,18 @@ def run_seed(seed, *, gd_steps, max_steps):
     return row, arrays
 
 
-@register("teacher-student", help="ReLU teacher–student (THEORY §2.8): flow limit vs GD endpoint")
-def run_teacher_student(out: Path, full: bool) -> dict:
+def run_teacher_student(out: Path, full: bool, progress: bool = False) -> dict:
     seeds = range(8 if full else 3)
     gd_steps = 400_000 if full else 100_000
-    runs = [run_seed(s, gd_steps=gd_steps, max_steps=100_000 if full else 20_000) for s in seeds]
+    if progress:
+        _progress.compiling("the flow and gradient descent")
+    bar = _progress.bar(len(seeds), desc="teacher-student: seeds", unit="seed",
+                        progress=progress)
+    runs = []
+    for s in seeds:
+        runs.append(run_seed(s, gd_steps=gd_steps, max_steps=100_000 if full else 20_000))
+        bar.update(1)
+    bar.close()
     rows = [row for row, _ in runs]
     out.mkdir(parents=True, exist_ok=True)
     (out / "teacher_student.json").write_text(json.dumps(rows, indent=2))

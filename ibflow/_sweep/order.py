@@ -15,7 +15,6 @@ from jaxtyping import Array, Float, Int
 
 from .. import _checks
 from .._models.cost import AbstractCostEstimate
-from .._trace_cache import TraceCache
 
 
 class AbstractOrder(eqx.Module):
@@ -42,8 +41,7 @@ class CostOrder(AbstractOrder):
         if not isinstance(probe, AbstractCostEstimate):
             return np.arange(size)
         with _checks.traced_errors_as_nan():  # no host callback: cacheable across processes
-            cost = TraceCache("ibflow.sweep cost order", _costs, build)(
-                {k: np.asarray(v) for k, v in params.items()})
+            cost = _costs(build, {k: np.asarray(v) for k, v in params.items()})
         return np.argsort(-np.asarray(cost), kind="stable")
 
 

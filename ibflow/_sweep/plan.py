@@ -5,14 +5,12 @@ flattened) to Python/NumPy values.
 """
 
 import dataclasses
-import hashlib
 import inspect
-import json
 from collections.abc import Callable
 
-import jax
 import numpy as np
 
+from . import identity as _identity
 from .grid import Grid
 
 #: ``integrate`` options that cannot be arrays (a Python int budget, Modules, strings, flags):
@@ -88,45 +86,30 @@ def chunked(order: np.ndarray, chunk_size: int) -> tuple[np.ndarray, ...]:
 
 
 def config_hash(config: dict) -> str:
-    """A short SHA-256 of the configuration's canonical JSON: chunks carry it, resume checks it."""
-    text = json.dumps(config, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """SHA-256 (16 hex digits) of the configuration's canonical strict JSON: chunks carry it,
+    resume checks it, and `open_sweep` recomputes it from sweep.json (an edited file fails)."""
+    return _identity.digest(config)
 
 
-def tree_fingerprint(tree) -> str:
-    """SHA-256 of a pytree: its structure (with static fields) and every leaf, arrays by their
-    bytes (a repr would elide the middle of a large array)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    h = hashlib.sha256(str(treedef).encode())
-    for leaf in leaves:
-        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-            a = np.ascontiguousarray(np.asarray(leaf))
-            h.update(f"{a.shape}{a.dtype.str}".encode() + a.tobytes())
-        else:
-            h.update(repr(leaf).encode())
-    return h.hexdigest()[:16]
+#: Scalar per-member fields and their dtypes (every other field has a trailing axis).
+_SCALAR_FIELDS = {"loss": "<f8", "steps": "<i8", "time": "<f8", "status": "<i4",
+                  "test_error": "<f8", "switches": "<i8", "slides": "<i8", "sliding_time": "<f8"}
 
 
-def source_fingerprint(fn: Callable) -> str:
-    """SHA-256 of `fn`'s source, or for a callable object of its class's source and its
-    `tree_fingerprint` (a Module's field values); the name alone where no source is available."""
-    is_function = inspect.isfunction(fn) or inspect.ismethod(fn)
-    try:
-        source = inspect.getsource(fn if is_function else type(fn))
-    except (OSError, TypeError):
-        source = getattr(fn, "__qualname__", repr(type(fn)))
-    if not is_function:
-        source += tree_fingerprint(fn)
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def expected_fields(has_test: bool, predictor: bool,
-                    references: tuple[str, ...]) -> tuple[str, ...]:
-    """The per-member fields a chunk records (the executor writes exactly these)."""
-    fields = ["loss", "steps", "time", "status", "parameters"] + ["test_error"] * has_test
+def expected_fields(has_test: bool, predictor: bool, references: tuple[str, ...], *,
+                    kinks: bool, n_parameters: int, dim: int) -> dict[str, list]:
+    """The per-member fields a chunk records (the executor writes exactly these), each as
+    ``[dtype, trailing shape]``: a chunk entry must have shape ``(members, *trailing)``."""
+    names = ["loss", "steps", "time", "status"] + ["test_error"] * has_test
+    fields = {name: [_SCALAR_FIELDS[name], []] for name in names}
+    fields["parameters"] = ["<f8", [n_parameters]]
     if predictor:
-        fields += ["predictor"] + [f"distance_{r}" for r in references]
-    return tuple(fields)
+        fields["predictor"] = ["<f8", [dim]]
+        fields |= {f"distance_{r}": ["<f8", []] for r in references}
+    if kinks:
+        fields |= {name: [_SCALAR_FIELDS[name], []] for name in ("switches", "slides",
+                                                                   "sliding_time")}
+    return fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +124,7 @@ class Plan:
     chunks: tuple[np.ndarray, ...]
     chunk_size: int
     n_datasets: int
-    fields: tuple[str, ...]
+    fields: dict[str, list]
     config: dict
     config_hash: str
 
@@ -159,7 +142,7 @@ class Plan:
 
 
 def make_plan(grid: Grid, *, order: np.ndarray, chunk_size: int, n_datasets: int,
-              option_axes: tuple[str, ...], fields: tuple[str, ...], identity: dict) -> Plan:
+              option_axes: tuple[str, ...], fields: dict[str, list], identity: dict) -> Plan:
     """The plan of a sweep; `identity` (build, data fingerprints, options...) enters the hash."""
     order = np.asarray(order)
     if sorted(order.tolist()) != list(range(grid.size)):
@@ -167,7 +150,7 @@ def make_plan(grid: Grid, *, order: np.ndarray, chunk_size: int, n_datasets: int
     chunks = chunked(order, chunk_size)
     config = dict(identity) | {
         "axes": grid.describe(), "datasets": n_datasets, "option_axes": list(option_axes),
-        "chunk_size": chunk_size, "chunks": [c.tolist() for c in chunks], "fields": list(fields),
+        "chunk_size": chunk_size, "chunks": [c.tolist() for c in chunks], "fields": dict(fields),
     }
     return Plan(grid.members(), option_axes, chunks, chunk_size, n_datasets, fields, config,
                 config_hash(config))

@@ -135,21 +135,26 @@ class SweepResult:
         if metadata is None:
             raise ValueError(f"{str(out)!r} is not a sweep results directory (no valid "
                              "sweep.json).")
+        problem = _store.metadata_problem(metadata)
+        if problem is not None:
+            raise ValueError(f"{out / 'sweep.json'} {problem}; its results cannot be read. "
+                             "Re-run the sweep into this directory to rebuild it.")
         config = metadata["config"]
         dims = metadata.get("dims", list(config["axes"]))
         axes = {name: (np.arange(config["datasets"]) if name == "dataset"
                        else np.asarray(config["axes"][name])) for name in dims}
+        shape = tuple(len(v) for v in axes.values())
         path = out / "results.npz"
         try:
             arrays = _store.read_npz(path)
-            if str(arrays.pop("config_hash", "")) == metadata["config_hash"]:
+            if (str(arrays.pop("config_hash", "")) == metadata["config_hash"]
+                    and _results_match(arrays, dims, config["fields"], shape)):
                 for name in dims:
-                    arrays.pop(f"axis_{name}", None)
+                    arrays.pop(f"axis_{name}")
                 return cls(arrays, axes, metadata)
-        except (FileNotFoundError, *_store._UNREADABLE):
+        except Exception:  # noqa: BLE001  (absent or unreadable: read the verified chunks)
             pass
-        return cls(_from_chunks(out, metadata, tuple(len(v) for v in axes.values())), axes,
-                   metadata)
+        return cls(_from_chunks(out, metadata, shape), axes, metadata)
 
     def to_xarray(self):
         """An ``xarray.Dataset``: dims = the axes (+ ``coordinate`` for the predictor's d axis),
@@ -177,6 +182,15 @@ class SweepResult:
                 f"converged {int(self.converged.sum())}/{self.converged.size})")
 
 
+def _results_match(arrays: dict, dims: list, fields: dict, shape: tuple[int, ...]) -> bool:
+    """Whether ``results.npz`` holds exactly the fields of the plan, each of its dtype and of
+    shape ``dims + trailing``, and one axis array per dimension."""
+    if set(arrays) != set(fields) | {f"axis_{name}" for name in dims}:
+        return False
+    return all(arrays[name].dtype.str == dtype and arrays[name].shape == (*shape, *trailing)
+               for name, (dtype, trailing) in fields.items())
+
+
 def _from_chunks(out: Path, metadata: dict, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
     config = metadata["config"]
     store = _store.Store(out)
@@ -185,7 +199,7 @@ def _from_chunks(out: Path, metadata: dict, shape: tuple[int, ...]) -> dict[str,
     for di in range(config["datasets"]):
         for ci, index in enumerate(chunks):
             rec = store.load_chunk(di * len(chunks) + ci, config_hash=metadata["config_hash"],
-                                   dataset=di, index=index, fields=tuple(config["fields"]))
+                                   dataset=di, index=index, fields=config["fields"])
             if rec is not None:
                 records[(di, ci)] = rec
     total = config["datasets"] * len(chunks)

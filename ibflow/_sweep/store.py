@@ -27,13 +27,28 @@ import os
 import subprocess
 import tempfile
 import warnings
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-_UNREADABLE = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
+from . import identity as _identity
+from . import plan as _plan
+
+
+def _strict(value):
+    """`value` as strict JSON: non-finite floats as the strings "nan", "inf", "-inf"
+    (`identity.number`), tuples as lists, anything else not JSON by its ``str``."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, (np.generic, np.ndarray)):
+        return _strict(value.tolist())
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return _identity.number(value)
+    return str(value)
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
@@ -107,6 +122,49 @@ def read_metadata(out: Path) -> dict | None:
     return None
 
 
+def metadata_problem(meta: dict) -> str | None:
+    """Why ``sweep.json``'s contents cannot describe the results next to it, or None. The
+    configuration hash is recomputed from the configuration: a file whose axes (or anything
+    else) were edited while its hash was kept is refused."""
+    config = meta.get("config")
+    if not isinstance(config, dict):
+        return 'has no "config" object'
+    missing = sorted({"axes", "datasets", "chunks", "fields", "option_axes"} - set(config))
+    if missing:
+        return f"has a config without {missing}"
+    try:
+        recomputed = _plan.config_hash(config)
+    except (TypeError, ValueError) as e:  # e.g. a non-finite number written by hand
+        return f"has a config that is not strict JSON ({e})"
+    if recomputed != meta["config_hash"]:
+        return (f"does not match its config_hash ({meta['config_hash']} stored, {recomputed} "
+                "recomputed from its config): edited, or written by another version of ibflow")
+    return _config_problem(config, meta.get("dims"))
+
+
+def _config_problem(config: dict, dims) -> str | None:
+    axes, chunks, fields = config["axes"], config["chunks"], config["fields"]
+    if not isinstance(axes, dict) or not axes or not all(
+            isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(
+                x, bool) for x in v) for v in axes.values()):
+        return "has axes that are not non-empty lists of numbers"
+    if not isinstance(config["datasets"], int) or config["datasets"] < 1:
+        return "has a number of data sets that is not a positive integer"
+    size = int(np.prod([len(v) for v in axes.values()]))
+    flat = [i for c in chunks for i in c] if isinstance(chunks, list) and all(
+        isinstance(c, list) and c for c in chunks) else None
+    if flat is None or sorted(flat) != list(range(size)):
+        return "has chunks that do not partition the grid's members"
+    if not isinstance(fields, dict) or not all(
+            isinstance(f, list) and len(f) == 2 and isinstance(f[0], str) and isinstance(f[1], list)
+            and all(isinstance(n, int) and n >= 0 for n in f[1]) for f in fields.values()):
+        return "has fields that are not [dtype, trailing shape] pairs"
+    expected = ["dataset"] * (dims is not None and "dataset" in dims) + list(axes)
+    if dims is not None and dims != expected:
+        return f"has dims {dims} that are not {expected}"
+    return None
+
+
 class Store:
     """One results directory, opened by one run (see the module docstring for the guarantees)."""
 
@@ -143,8 +201,15 @@ class Store:
 
     def claim(self, metadata: dict) -> None:
         """Record this sweep's metadata; refuse a directory holding results of a different
-        sweep (one whose only file is another sweep's ``sweep.json`` is taken over)."""
+        sweep (one whose only file is another sweep's ``sweep.json`` is taken over). A
+        ``sweep.json`` that does not match its own hash is replaced, with a warning: chunks
+        carry the hash of the configuration they were computed for, so they still verify."""
         existing = read_metadata(self.out)
+        problem = None if existing is None else metadata_problem(existing)
+        if problem is not None:
+            warnings.warn(f"{self.out / 'sweep.json'} {problem}; replacing it.", stacklevel=3)
+            self.write_metadata(metadata)
+            return
         if existing is not None and existing["config_hash"] != metadata["config_hash"]:
             if not self._holds_results():  # e.g. a run that failed before its first chunk
                 warnings.warn(f"{self.out / 'sweep.json'} describes another sweep but the "
@@ -163,7 +228,7 @@ class Store:
             (self.out / "chunks").glob("chunk-*.npz"))
 
     def write_metadata(self, metadata: dict) -> None:
-        payload = json.dumps(metadata, indent=2, default=str).encode()
+        payload = json.dumps(_strict(metadata), indent=2, allow_nan=False).encode()
         atomic_write_bytes(self.out / "sweep.json", payload)
 
     def chunk_path(self, number: int) -> Path:
@@ -180,18 +245,19 @@ class Store:
         self.write_metadata(metadata)
 
     def load_chunk(self, number: int, *, config_hash: str, dataset: int, index: np.ndarray,
-                   fields: tuple[str, ...] | None) -> dict[str, np.ndarray] | None:
-        """The chunk's record if it verifies, else None (with a warning unless it is absent)."""
+                   fields: dict[str, list]) -> dict[str, np.ndarray] | None:
+        """The chunk's record if it verifies, else None (with a warning naming the file unless
+        it is absent). Any failure to read it, of whatever kind, means "recompute": a damaged
+        archive can make ``zipfile`` raise nearly anything (NotImplementedError for a flipped
+        compression-method byte, for one)."""
         path = self.chunk_path(number)
         if not path.exists():
             return None
-        problem = None
         try:
             record = read_npz(path)
-        except _UNREADABLE as e:
-            record, problem = {}, f"is unreadable ({type(e).__name__}: {e})"
-        if problem is None:
             problem = _chunk_problem(record, config_hash, dataset, index, fields)
+        except Exception as e:  # noqa: BLE001  (every unreadable chunk is recomputed)
+            problem = f"is unreadable ({type(e).__name__}: {e})"
         if problem is not None:
             warnings.warn(f"sweep chunk file {path} {problem}; recomputing it.", stacklevel=3)
             return None
@@ -199,19 +265,25 @@ class Store:
 
 
 def _chunk_problem(record, config_hash, dataset, index, fields) -> str | None:
-    """Why ``record`` is not the chunk expected, or None when it is."""
+    """Why ``record`` is not the chunk expected, or None when it is. `fields`: name ->
+    ``[dtype, trailing shape]`` (`plan.expected_fields`)."""
     stored_hash = record.get("config_hash")
     if stored_hash is None or stored_hash.shape != () or stored_hash.dtype.kind != "U":
         return "has no config hash (not written by this version of ibflow?)"
     if str(stored_hash) != config_hash:
         return f"belongs to another sweep (config hash {stored_hash} != {config_hash})"
-    stored = record.get("index")
-    if (stored is None or record.get("dataset") is None or int(record["dataset"]) != dataset
-            or stored.shape != index.shape or not np.array_equal(stored, index)):
+    stored, stored_dataset = record.get("index"), record.get("dataset")
+    if (stored is None or stored_dataset is None or stored_dataset.shape != ()
+            or stored_dataset.dtype.kind not in "iu" or int(stored_dataset) != dataset
+            or stored.dtype.kind not in "iu" or stored.shape != index.shape
+            or not np.array_equal(stored, index)):
         return "holds other members than its name says (copied from another chunk?)"
     names = set(record) - {"config_hash", "dataset", "index"}
-    if fields is not None and names != set(fields):
+    if names != set(fields):
         return f"holds fields {sorted(names)} instead of {sorted(fields)}"
-    if any(record[k].ndim < 1 or record[k].shape[0] != len(index) for k in names):
-        return "has fields whose length is not its number of members"
+    for name, (dtype, trailing) in fields.items():
+        want = (len(index), *trailing)
+        if record[name].dtype.str != dtype or record[name].shape != want:
+            return (f"has field {name!r} of dtype {record[name].dtype.str} and shape "
+                    f"{record[name].shape} instead of {dtype} and {want}")
     return None

@@ -10,13 +10,20 @@ from pathlib import Path
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-from .. import _checks
-from .._integrate import integrate
+from .. import _checks, _integrate
+from .._flows.gradient import GradientFlow
+from .._formulation import PreferReduction
+from .._integrate import check_option, integrate
 from .._interpolants import min_l1_interpolant, min_l2_interpolant
+from .._kinks.base import AbstractSwitchingDynamics
+from .._losses import SquareLoss
 from .._models.base import AbstractPredictorModel
 from ..data._regression import RegressionData
+from . import identity
 from . import plan as _plan
 from . import store as _store
 from .executor import Executor
@@ -60,7 +67,12 @@ def sweep(
     - `out`: results directory (see `ibflow._sweep.store` for its guarantees). Each finished
       chunk is written atomically and verified on resume; re-running the same sweep computes only
       missing or invalid chunks. A directory holding a *different* sweep is refused, and so is
-      one another run is writing.
+      one another run is writing. "The same sweep" is decided by content (docs/guarantees.md):
+      the models `build` gives for the grid's first and last members (every array and static
+      field), `build`'s own code, closure and the module-level values it reads, the data, every
+      option by value (functions by code and closure values) and the package versions. An
+      option that cannot be identified that way (an object of unknown type) is refused with
+      ``out=``, naming it.
     - `chunk_size`: members per compiled batch on one device. Default: 8 on CPU (small batches
       of cost-sorted members waste the fewest lockstep steps), ``ACCELERATOR_CHUNK`` = 2048 (or
       the grid's size, if smaller) on accelerators (measured: `benchmarks/gpu.py`). Every chunk
@@ -71,11 +83,14 @@ def sweep(
     - `progress`: a progress bar over chunks. `devices`: devices to shard the member axis over
       (default ``jax.devices()``).
     - `**integrate_options`: every other keyword goes to ``ibflow.integrate`` unchanged. Every
-      member gets its own status; one failing member never stops the sweep. Runtime checks on
-      traced values (e.g. a shape outside (−1, 1) reaching ``from_scale_shape``) turn that
-      member's values into NaN, so its status is `nonfinite`, instead of raising: the batch
-      then holds no host callback and its compiled program is stored in the persistent
-      compilation cache (README, "Compilation cache").
+      member gets its own status; one failing member never stops the sweep or changes another
+      member's result. Every grid value is validated before anything runs: a value of an
+      option axis outside the option's range, or a member whose model `build` cannot make
+      (a non-finite parameter, e.g. a shape outside (−1, 1) reaching ``from_scale_shape``),
+      is refused with a ValueError naming the axis and the value. Runtime checks on traced
+      values inside the batch turn only the failing member's values into NaN (status
+      `nonfinite`) instead of raising: the batch holds no host callback and its compiled
+      program is stored in the persistent compilation cache (README, "Compilation cache").
     """
     options = _plan.integrate_options(integrate)
     _plan.check_options(integrate_options, options)
@@ -87,6 +102,7 @@ def sweep(
     sweepable = _plan.sweepable_options(integrate)
     _, option_axes = _plan.split_axes(grid, options, sweepable, integrate_options,
                                       _plan.build_parameters(build))
+    _check_option_axes(grid, option_axes)
     datasets, multi = _as_datasets(data)
     devices = list(devices or jax.devices())
     if chunk_size is None:
@@ -95,16 +111,19 @@ def sweep(
 
     members = grid.members()
     build_params = {k: v for k, v in members.items() if k not in option_axes}
-    # Abstract: only the model's type matters here (an eager build compiles each primitive).
-    probe = eqx.filter_eval_shape(build, **{k: np.asarray(v[0]) for k, v in
-                                            build_params.items()})
-    predictor = isinstance(probe, AbstractPredictorModel)
+    ends = _built_models(build, build_params, grid)
+    predictor = isinstance(ends[0], AbstractPredictorModel)
     references = references if predictor else ()
     member_order = (order or GridOrder())(build, build_params, grid.size)
-    fields = _plan.expected_fields("X_test" in datasets[0], predictor, references)
+    trained, _ = ravel_pytree(eqx.filter(ends[0], eqx.is_inexact_array))
+    fields = _plan.expected_fields("X_test" in datasets[0], predictor, references,
+                                   kinks=_through_kinks(ends[0], datasets[0], integrate_options),
+                                   n_parameters=trained.size, dim=datasets[0]["X"].shape[1])
+    identity = _identity(build, ends, datasets, integrate_options, references,
+                         resumable=out is not None)
     plan = _plan.make_plan(grid, order=member_order, chunk_size=chunk_size,
                            n_datasets=len(datasets), option_axes=option_axes, fields=fields,
-                           identity=_identity(build, datasets, integrate_options, references))
+                           identity=identity)
     metadata = _metadata(plan, devices, multi)
     executor = Executor(build, integrate_options, sweepable, option_axes, references,
                         "X_test" in datasets[0], devices)
@@ -157,21 +176,123 @@ def _as_datasets(data) -> tuple[list[dict[str, np.ndarray]], bool]:
     return out, multi
 
 
-def _identity(build, datasets, integrate_options, references) -> dict:
-    """What makes two sweeps the same computation (hashed into the config)."""
+def _check_option_axes(grid: Grid, option_axes: tuple[str, ...]) -> None:
+    """Every value of an option axis, by the rules of ``integrate`` itself (`FLOAT_OPTIONS`)."""
+    for name in option_axes:
+        for value in dict.fromkeys(grid.axes[name].tolist()):  # in grid order
+            try:
+                check_option(name, float(value))
+            except ValueError as e:
+                raise ValueError(f"grid axis {name!r} has the invalid value {value!r}: "
+                                 f"{e}") from None
+
+
+#: Members whose models are checked in one compiled call (bounds its memory).
+_PROBE_BLOCK = 1024
+
+
+@eqx.filter_jit
+def _models_finite(build, params):
+    """Per member, whether every floating-point leaf of ``build(**member)`` is finite."""
+    def finite(p):
+        leaves = jax.tree_util.tree_leaves(eqx.filter(build(**p), eqx.is_inexact_array))
+        return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves] or [True]))
+
+    return jax.vmap(finite)(params)
+
+
+def _built_models(build, build_params: dict, grid: Grid) -> tuple:
+    """The models of the grid's first and last members (concrete: they identify the sweep),
+    after checking that `build` makes a model with finite parameters for every member; a
+    member it cannot make is refused, naming the axis and value (`_refuse`). Runtime checks
+    inside `build` (e.g. a shape outside (−1, 1)) give NaN per member here, not an error."""
+    if not build_params:
+        model = eqx.filter_jit(build)()
+        return model, model
+    size = grid.size
+    block = min(size, _PROBE_BLOCK)
+    ok = []
+    with _checks.traced_errors_as_nan():
+        for lo in range(0, size, block):
+            index = np.minimum(np.arange(lo, lo + block), size - 1)  # one shape: one compile
+            ok.append(np.asarray(_models_finite(build, {k: v[index] for k, v in
+                                                        build_params.items()})))
+        ok = np.concatenate(ok)[:size]
+        if not ok.all():
+            _refuse(build, build_params, grid, ~ok)
+        ends = [eqx.filter_jit(build)(**{k: v[i] for k, v in build_params.items()})
+                for i in (0, size - 1)]
+    return tuple(ends)
+
+
+def _refuse(build, build_params: dict, grid: Grid, bad: np.ndarray) -> None:
+    """Raise a ValueError naming the grid values `build` cannot make a model from: an axis value
+    all of whose members fail, else the failing members; with `build`'s own error for the
+    first of them."""
+    culprits = []
+    for name, values in build_params.items():
+        for value in np.unique(values):
+            if bad[values == value].all():
+                culprits.append(f"grid axis {name!r} has the invalid value {value.item()!r}")
+    first = int(np.flatnonzero(bad)[0])
+    member = {k: v[first].item() for k, v in build_params.items()}
+    if not culprits:
+        culprits = [f"{int(bad.sum())} of {grid.size} grid members are invalid, e.g. {member}"]
+    try:
+        build(**{k: np.asarray(v) for k, v in member.items()})
+        reason = "build gives a model with non-finite parameters"
+    except Exception as e:  # noqa: BLE001  (whatever build raises is the reason)
+        reason = f"build raises {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    raise ValueError("; ".join(culprits) + f" ({reason} for {member}). Nothing was run: remove "
+                     "these values from the grid.")
+
+
+def _through_kinks(model, dataset: dict, integrate_options: dict) -> bool:
+    """Whether ``integrate`` runs this model through its kinks (its records then carry the kink
+    counts), decided as ``integrate`` decides it: by the formulation's dynamics."""
+    with warnings.catch_warnings():  # the deprecated `method=` warns in each member's solve
+        warnings.simplefilter("ignore", DeprecationWarning)
+        formulation = _integrate._formulation(integrate_options.get("method"),
+                                              integrate_options.get("formulation",
+                                                                    PreferReduction()))
+    X, y = _checks.data(dataset["X"], dataset["y"])
+    dynamics = type(formulation).dynamics(
+        formulation, model, X, y, integrate_options.get("flow", GradientFlow()),
+        integrate_options.get("loss", SquareLoss()))
+    return isinstance(dynamics, AbstractSwitchingDynamics)
+
+
+def _identity(build, ends, datasets, integrate_options, references, *, resumable) -> dict:
+    """What determines the sweep's results, by content (docs/guarantees.md): hashed into the
+    config hash, and written to sweep.json (options by value, each with its hash)."""
+    def described(value, where):
+        try:
+            desc = identity.describe(value, where)
+        except identity.Unidentifiable as e:
+            if resumable:
+                raise ValueError(f"{e}, so a sweep with out= could not be checked or resumed "
+                                 "in another process. Use a function (def or lambda: "
+                                 "identified by its code, closure values and the module-level "
+                                 "values it reads), an Equinox module or plain values, or pass "
+                                 "out=None.") from None
+            desc = {"unidentified": str(e)}
+        return {"value": desc, "sha256": identity.digest(desc)}
+
+    models = described(tuple(ends), "the models of the grid's first and last members")
     return {
         "data_fingerprints": [_store.fingerprint(*ds.values()) for ds in datasets],
-        "build": getattr(build, "__qualname__", type(build).__qualname__),
-        "build_source_sha256": _plan.source_fingerprint(build),
-        "integrate_options": {k: _plan.tree_fingerprint(v)
-                              for k, v in sorted(integrate_options.items())},
+        "build": described(build, "build"),
+        "models": {"type": f"{type(ends[0]).__module__}.{type(ends[0]).__qualname__}",
+                   "sha256": models["sha256"]},
+        "integrate_options": {k: described(v, k) for k, v in sorted(integrate_options.items())},
         "references": list(references),
+        "versions": _versions(),
     }
 
 
 def _metadata(plan, devices, multi) -> dict:
     return {
-        "format": "ibflow-sweep/2", "config_hash": plan.config_hash, "config": plan.config,
+        "format": "ibflow-sweep/3", "config_hash": plan.config_hash, "config": plan.config,
         "dims": ["dataset"] * multi + list(plan.config["axes"]),
         "status_codes": {n: status_code(n) for n in STATUS_NAMES},
         "versions": _versions(), "git_commit": _store.git_commit(),
@@ -204,6 +325,7 @@ def _run(plan, executor, datasets, refs, store, progress) -> dict:
             for slot, (_, ci) in enumerate(group):
                 idx, lo = plan.chunks[ci], slot * plan.chunk_size
                 rec = {k: v[lo:lo + len(idx)] for k, v in result.items()} | {"index": idx}
+                _check_record(rec, plan, di, ci)
                 records[(di, ci)] = rec
                 if store is not None:
                     store.save_chunk(plan.number(di, ci), rec, config_hash=plan.config_hash,
@@ -211,6 +333,15 @@ def _run(plan, executor, datasets, refs, store, progress) -> dict:
                 bar.update(1)
     bar.close()
     return records
+
+
+def _check_record(rec: dict, plan, di: int, ci: int) -> None:
+    """A computed chunk is what the plan says a chunk holds (the test a stored one must pass)."""
+    problem = _store._chunk_problem(rec | {"config_hash": np.array(plan.config_hash),
+                                           "dataset": np.array(di)}, plan.config_hash, di,
+                                    plan.chunks[ci], plan.fields)
+    if problem is not None:
+        raise RuntimeError(f"ibflow bug: a computed sweep chunk {problem}.")
 
 
 def _warn_missing(plan, store, todo, records) -> None:

@@ -3,8 +3,9 @@ the dynamics (dense closed form, or low rank by Woodbury) instead of differentia
 function into a p × p matrix.
 
 Why not `diffrax.VeryChord` with a custom lineax solver: the linear solver only sees the stage
-function as an opaque operator, so the n ≪ p structure of THEORY §8.1 is lost. Diffrax passes the
-stage's coefficients to the root finder (``_implicit_relation_f``'s arguments: stage index,
+function as an opaque operator, so the n ≪ p structure of [THEORY §8.1][theory-8-1] is lost. Diffrax
+passes the stage's coefficients to the root finder (``_implicit_relation_f``'s arguments: stage
+index,
 diagonal coefficient, vector field, product, time, partial state, args, control — documented in
 diffrax as the hook for custom nonlinear solvers), so this root finder linearizes the *dynamics*
 at the stage's predictor and factorizes ``I − c·F'`` once per step (c = diagonal × step).

@@ -2,11 +2,12 @@
 
 Some reductions are gradient flows of a strictly convex function: the diagonal net's n-dim ODE
 is ``ν̇ = −(2/n)∇D(ν)`` with ``D(ν) = Σⱼ Pⱼ e^{ρⱼ} + Nⱼ e^{−ρⱼ} − ⟨y, ν⟩``, ``ρ = Xᵀν``
-(THEORY §2.3; ``∇²D = X diag(P e^ρ + N e^{−ρ}) Xᵀ ≻ 0`` for X of full row rank). Such a flow
-converges from *every* state to the unique root ν* of its vector field, so once the explicit
+([THEORY §2.3][theory-2-3]; ``∇²D = X diag(P e^ρ + N e^{−ρ}) Xᵀ ≻ 0`` for X of full row rank). Such
+a flow converges from *every* state to the unique root ν* of its vector field, so once the explicit
 phase has brought the loss down to the switch level, the rest of the path is irrelevant to the
 limit: ν* is found by damped Newton on the vector field (a handful of n × n solves with the
-dynamics' closed-form Jacobian) instead of tens of implicit Runge–Kutta steps (THEORY §8.1).
+dynamics' closed-form Jacobian) instead of tens of implicit Runge–Kutta steps
+([THEORY §8.1][theory-8-1]).
 
 Derivatives: the loop runs on stopped gradients, and a custom JVP on its result carries the
 implicit-function derivative ``dν* = −M⁻¹ ∂F`` (M = ∂F/∂ν at ν*), so ``jax.grad`` of anything
@@ -28,8 +29,19 @@ from .._dynamics.base import AbstractConvexGradientDynamics
 #: returns. A larger target is an early stop, reached on the path by the explicit phase.
 LIMIT_LEVEL = 1e-16
 
-#: Step halvings tried before a Newton direction counts as giving no decrease (round-off floor).
+#: Trial steps tried along one Newton direction before it counts as giving no decrease.
 MAX_HALVINGS = 30
+#: The step's shrink factor after a trial point whose loss is not finite (halving otherwise).
+#: Far from the root of an exponential field (a diagonal net at α = 1e-12: −F' ~ α, so the
+#: Newton step in ν is ~1e12 where the root is at |ν| ~ 30) halvings alone would need ~40
+#: trials through overflowing points; 2⁻⁸ per overflow gets there in ~4.
+OVERFLOW_SHRINK = 2.0**-8
+#: Levenberg–Marquardt shifts of −F', relative to its largest diagonal entry: the first one
+#: tried where the plain Cholesky factor is not finite (−F' singular: X with repeated or
+#: dependent rows) or a Newton direction gives no decrease, multiplied by `SHIFT_GROWTH` on
+#: each further failure, and given up (`stalled`) above `MAX_SHIFT`. A shift changes the path
+#: of the iteration, not its fixed point (the root of F).
+MIN_SHIFT, SHIFT_GROWTH, MAX_SHIFT = 1e-12, 1e3, 1.0
 
 
 class EquilibriumNewton(eqx.Module):
@@ -61,12 +73,22 @@ def _stopped(tree):
                                   tree)
 
 
-def _factor(dynamics, state):
+def _factor(dynamics, state, shift=None, table=None):
     """Cholesky factor of ``−F'`` (symmetric positive definite: F = −const·∇D, D strictly
-    convex): half the work of an LU factorization, and a singular ``F'`` (X of deficient row
-    rank) gives a non-finite factor, hence a rejected step, instead of a wrong one."""
-    matrix = dynamics.linearization(jnp.zeros(()), state, None).matrix
-    return jsl.cho_factor(-matrix, lower=True)
+    convex; half the work of an LU factorization), and, with `shift`, of
+    ``−F' + shift · max(diag(−F')) · I`` where the plain factor is not finite (``−F'``
+    singular). `table`: the dynamics' `newton_table`. Returns ``(factor, shift used)``."""
+    matrix = dynamics.newton_matrix(state, table)
+    plain = jsl.cho_factor(matrix, lower=True)
+    if shift is None:
+        return plain, jnp.zeros(())
+    bad = ~jnp.all(jnp.isfinite(plain[0]))
+    used = jnp.where(bad, jnp.maximum(shift, MIN_SHIFT), shift)
+    scale = jnp.max(jnp.diagonal(matrix))
+    shifted = jsl.cho_factor(matrix + used * scale * jnp.eye(matrix.shape[0], dtype=matrix.dtype),
+                             lower=True)
+    use = used > 0
+    return (jnp.where(use, shifted[0], plain[0]), plain[1]), used
 
 
 def _line_search(fixed, state, loss, direction, active, max_halvings):
@@ -78,8 +100,8 @@ def _line_search(fixed, state, loss, direction, active, max_halvings):
     caller keeps it only where `better`."""
 
     def shorter(search):
-        step, _, _, _, halvings = search
-        step = 0.5 * step
+        step, _, value, _, halvings = search
+        step = jnp.where(jnp.isfinite(value), 0.5, OVERFLOW_SHRINK) * step
         trial = state + step * direction
         return (step, trial, *fixed.loss_and_field(trial), halvings + 1)
 
@@ -133,7 +155,7 @@ def _implicit_root_jvp(primals, tangents):
         t_dynamics, dynamics, is_leaf=lambda t: t is None)
     _, d_field = eqx.filter_jvp(lambda dyn: dyn.vector_field(jnp.zeros(()), root, None),
                                 (dynamics,), (t_dynamics,))
-    factor = _factor(dynamics, root)
+    factor, _ = _factor(dynamics, root)
     # A singular Jacobian (X rank-deficient, e.g. n > d: no interpolant, the loss cannot reach
     # its target) has no implicit derivative; report zero rather than a non-finite one. (The
     # mask depends on primals only, so the tangent stays linear and transposes under grad.)
@@ -148,6 +170,7 @@ class _Carry(eqx.Module):
     field: Float[Array, " n"]
     iterations: Array
     stuck: Array
+    shift: Array  # the Levenberg–Marquardt shift the next iteration starts with (0: plain)
 
 
 def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, budget,
@@ -173,9 +196,13 @@ def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, bu
         return (~run | (carry.loss <= stop_at) | carry.stuck | (carry.iterations >= limit)
                 | ~jnp.isfinite(carry.loss))
 
+    # Built once, outside the loop: under vmap over members sharing the data it is unbatched,
+    # so one table serves the whole batch (XLA does not hoist such size-inflating values).
+    table = fixed.newton_table()
+
     def iterate(carry):
         active = ~done(carry)
-        factor = _factor(fixed, carry.state)
+        factor, shift = _factor(fixed, carry.state, carry.shift, table)
         state, loss, field, better, halvings = _line_search(
             fixed, carry.state, carry.loss, jsl.cho_solve(factor, carry.field), active,
             MAX_HALVINGS)
@@ -185,13 +212,18 @@ def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, bu
         state, loss, field = _chords(fixed, factor, state, loss, field,
                                      better & (halvings == 0) & (loss > stop_at), stop_at,
                                      tail.max_chords)
+        # No decrease: retry from the same point with a larger shift (a shorter step, turning
+        # toward the field's direction), until the shift passes MAX_SHIFT.
+        retry = jnp.maximum(shift * SHIFT_GROWTH, MIN_SHIFT)
         return _Carry(state=state, loss=loss, field=field, iterations=carry.iterations + 1,
-                      stuck=~better)
+                      stuck=~better & (retry > MAX_SHIFT),
+                      shift=jnp.where(better, 0.0, retry))
 
     start = jax.lax.stop_gradient(state)
     loss, field = fixed.loss_and_field(start)
     carry = jax.lax.while_loop(lambda c: ~done(c), iterate, _Carry(
-        state=start, loss=loss, field=field, iterations=jnp.array(0), stuck=jnp.array(False)))
+        state=start, loss=loss, field=field, iterations=jnp.array(0), stuck=jnp.array(False),
+        shift=jnp.zeros(())))
     root = _implicit_root(carry.state, dynamics)
     result = dfx.RESULTS.where(carry.loss <= stop_at, dfx.RESULTS.event_occurred,
                                dfx.RESULTS.where(carry.stuck, dfx.RESULTS.dt_min_reached,

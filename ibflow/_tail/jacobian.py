@@ -1,8 +1,8 @@
 """Structured Jacobians of a flow's vector field, and ``(I − c·F')⁻¹`` without p × p matrices.
 
 An implicit Runge–Kutta stage solves ``z = F(y₀ + c z)``; its Newton/chord iteration needs
-``(I − c·F')⁻¹`` (c = step × diagonal coefficient). THEORY §8.1: for the square loss in the
-tail, ``F' ≈ −speed · P · (1/n) JᵀJ`` with J the n × p output Jacobian, rank ≤ n. With
+``(I − c·F')⁻¹`` (c = step × diagonal coefficient). [THEORY §8.1][theory-8-1]: for the square loss
+in the tail, ``F' ≈ −speed · P · (1/n) JᵀJ`` with J the n × p output Jacobian, rank ≤ n. With
 ``U = speed·P·Jᵀ/n`` (p × n) and ``V = J`` (n × p) the Woodbury identity
 
     ``(I + c U V)⁻¹ = I − c U (I + c V U)⁻¹ V``

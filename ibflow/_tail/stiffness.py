@@ -1,6 +1,6 @@
 """Stiffness detection for the explicit phase: once the loss is small, an explicit solver that
 needs more than `STIFF_WINDOW` steps for one decade of loss is held at its stability limit by
-the stiff tail (THEORY §8.1), and the implicit tail should take over before the fixed
+the stiff tail ([THEORY §8.1][theory-8-1]), and the implicit tail should take over before the fixed
 ``stiff_switch`` level.
 
 Why a count of steps per decade: accuracy-limited Tsit5 steps at ``rtol = 1e-10`` are

@@ -1,22 +1,24 @@
-"""``minimize_regularizer``: ``argmin Q(w) s.t. Xw = b`` exactly, with a certificate (THEORY
-§2.1 item 5, §2.3 solver tip, §5)."""
+"""``minimize_regularizer``: ``argmin Q(w) s.t. Xw = b`` exactly, with a certificate
+([THEORY §2.1][theory-2-1] item 5, [§2.3][theory-2-3] solver tip, [§5][theory-5])."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
-import scipy.optimize
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .. import _checks
-from .._interpolants import min_l1_interpolant
+from .._result import AbstractResult
 from .._status import Status
-from .regularizers.base import AbstractLegendreRegularizer, AbstractRegularizer
-from .regularizers.l1 import L1Norm
+from .regularizers.base import (
+    AbstractLegendreRegularizer,
+    AbstractLinearProgramRegularizer,
+    AbstractRegularizer,
+)
 
 
-class RegularizerMinimum(eqx.Module):
+class RegularizerMinimum(AbstractResult):
     """The minimizer of a regularizer over its interpolation set, with its certificate.
 
     **Fields:**
@@ -37,10 +39,6 @@ class RegularizerMinimum(eqx.Module):
     stationarity: Float[Array, ""]
     steps: Int[Array, ""]
     status: Status
-
-    @property
-    def converged(self):
-        return self.status == Status.converged
 
 
 def _range_residual(X, g):
@@ -81,8 +79,8 @@ def _dual_newton(Q, X, b, rtol, max_steps):
         op = lx.MatrixLinearOperator(hess, lx.positive_semidefinite_tag)
         newton = -lx.linear_solve(op, r, solver=lx.Cholesky(), throw=False).value
         # Where ∇²Q* vanishes (the subdifferential ball of a conic point, e.g. the single
-        # neuron with δ < 0, THEORY §2.4) F is locally linear and the Newton system singular:
-        # step along the gradient in the metric XXᵀ instead (the line search sizes it).
+        # neuron with δ < 0, [THEORY §2.4][theory-2-4]) F is locally linear and the Newton system
+        # singular: step along the gradient in the metric XXᵀ instead (the line search sizes it).
         fallback = -lx.linear_solve(gram, r, solver=lx.Cholesky(), throw=False).value
         return jnp.where(jnp.all(jnp.isfinite(newton)), newton, fallback)
 
@@ -101,8 +99,8 @@ def _dual_newton(Q, X, b, rtol, max_steps):
             f_new = dual(trial)
             # Also require curvature along the step at the trial point: this keeps the
             # iterates where Q* is strictly convex (outside the flat subdifferential ball of a
-            # conic point, e.g. the single neuron with δ < 0, THEORY §2.4), where the Newton
-            # model is meaningful; the minimizer lies there whenever b ≠ 0.
+            # conic point, e.g. the single neuron with δ < 0, [THEORY §2.4][theory-2-4]), where the
+            # Newton model is meaningful; the minimizer lies there whenever b ≠ 0.
             _, dw = jax.jvp(Q.grad_inverse, (X.T @ trial,), (step_z,))
             curved = jnp.dot(step_z, dw) > 0
             return jnp.isfinite(f_new) & curved & (f_new <= f + 1e-4 * t * slope + slack)
@@ -151,21 +149,9 @@ def _singular_values(X):
     return jnp.linalg.svd(X, compute_uv=False)
 
 
-def _minimize_l1(X, b):
+def _minimize_on_host(Q, X, b):
     X, b = np.asarray(X, dtype=float), np.asarray(b, dtype=float)
-    w = min_l1_interpolant(X, b)
-    n, d = X.shape
-    dual = scipy.optimize.linprog(
-        c=-b, A_ub=np.vstack([X.T, -X.T]), b_ub=np.ones(2 * d), bounds=(None, None),
-        method="highs",
-        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
-    if dual.status != 0:
-        raise ValueError(f"minimize_regularizer(L1Norm()): the dual LP failed: {dual.message}")
-    nu = dual.x
-    corr = X.T @ nu
-    support = np.abs(w) > 1e-9 * max(np.max(np.abs(w)), 1e-300)
-    slack = float(np.max(np.abs(corr[support] - np.sign(w[support])), initial=0.0))
-    stationarity = max(float(np.max(np.abs(corr))) - 1.0, 0.0) + slack
+    w, nu, stationarity = Q.solve_interpolation(X, b)
     return RegularizerMinimum(
         w=jnp.asarray(w), nu=jnp.asarray(nu), feasibility=jnp.asarray(np.linalg.norm(X @ w - b)),
         stationarity=jnp.asarray(stationarity), steps=jnp.asarray(0),
@@ -214,7 +200,7 @@ def minimize_regularizer(
 ) -> RegularizerMinimum:
     """``argmin Q(w)`` over the interpolation set ``{w : Xw = b}``,
     ``b = Q.interpolation_targets(y)``
-    (``b = y`` except for the leaky neuron, THEORY [AZ-T4]), with a certificate.
+    (``b = y`` except for the leaky neuron, [THEORY AZ-T4][theory-az-t4]), with a certificate.
 
     For a strictly convex `Q` (`AbstractLegendreRegularizer`) it solves the dual: the KKT
     conditions ``∇Q(w) = Xᵀν``, ``Xw = b`` give ``w(ν) = (∇Q)⁻¹(Xᵀν)`` with ν the minimizer of
@@ -222,8 +208,9 @@ def minimize_regularizer(
     ``∇²F = X∇²Q*Xᵀ``). Newton's method on F, damped by an Armijo backtracking line search on
     F itself, starts from ν = 0 (that is, from ``w₀``, since ``∇Q(w₀) = 0``); the line search
     is what makes small ``k`` and large ``|δ|`` safe: an overflowing trial point has
-    ``F = +inf`` and is rejected (THEORY §2.3 solver tip). The Newton systems are solved by
-    lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no minimiser that
+    ``F = +inf`` and is rejected ([THEORY §2.3][theory-2-3] solver tip). The Newton systems are
+    solved by lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no minimiser
+    that
     combines an exact Hessian with a line search (`optx.Newton` is an undamped root finder,
     `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-12).
 
@@ -270,14 +257,15 @@ def minimize_regularizer(
     X, y = checked_interpolation_data(X, y, "minimize_regularizer")
     _check_dimension(Q, X.shape[1])
     b = Q.interpolation_targets(y)
-    if isinstance(Q, L1Norm):
+    if isinstance(Q, AbstractLinearProgramRegularizer):
         if _checks.is_traced(X) or _checks.is_traced(y):
-            raise ValueError("minimize_regularizer(L1Norm(), ...) solves a linear program on the "
-                             "host; call it outside jit/vmap.")
-        return _minimize_l1(X, b)
+            raise ValueError(f"minimize_regularizer({type(Q).__name__}(), ...) solves a linear "
+                             "program on the host; call it outside jit/vmap.")
+        return _minimize_on_host(Q, X, b)
     if not isinstance(Q, AbstractLegendreRegularizer):
         raise ValueError(f"{type(Q).__name__} has no gradient inverse; minimize_regularizer "
-                         "supports Legendre-type regularizers and L1Norm.")
+                         "supports Legendre-type regularizers and linear-program ones "
+                         "(L1Norm).")
     out = _dual_newton(Q, X, b, jnp.asarray(rtol, dtype=float), max_steps)
     if throw:
         out = eqx.error_if(out, out.status != Status.converged,

@@ -1,4 +1,5 @@
-"""Tangent kernel at initialization and the NTK (lazy) limit, THEORY §2.4 [AZ-F].
+"""Tangent kernel at initialization and the NTK (lazy) limit, [THEORY §2.4][theory-2-4]
+[AZ-F][theory-az-f].
 
 In the lazy regime gradient flow behaves like its linearization at the initialization θ₀:
 ``f(x; θ) ≈ f(x; θ₀) + ∇_θ f(x; θ₀)·(θ − θ₀)``. Gradient flow on the square loss of the linearized
@@ -13,12 +14,13 @@ For a model linear in its input, ``K(x, x') = xᵀ M₀ x'`` with ``M₀ = J J�
 
 the minimiser of the RKHS (Mahalanobis) norm ``‖w̃ − w̃₀‖_{M₀⁻¹}`` over ``Xw̃ = y``. For the single
 neuron ``M₀ = a₀² I + w₀w₀ᵀ``, for ``m`` neurons ``(Σ aᵢ²) I + W₀ᵀW₀``, for the diagonal net
-``diag(sqrt(4w₀² + k²))`` (= ``diag(k)``, the weighted ℓ2 of §2.3, for an unbiased start).
+``diag(sqrt(4w₀² + k²))`` (= ``diag(k)``, the weighted ℓ2 of [§2.3][theory-2-3], for an unbiased
+start).
 
 When is the flow's limit close to it? When the displacement from ``w̃₀`` is small relative to the
 initialization scale: for a single neuron with targets given relative to the initial outputs
 (``y = X w̃₀ + r``) the error falls like 1/α; with fixed ``y = O(1)`` and a biased start it does
-*not* (THEORY §2.4 caveat; measured in ``tests/test_theory_ntk.py``).
+*not* ([THEORY §2.4][theory-2-4] caveat; measured in ``tests/test_theory_ntk.py``).
 """
 
 import equinox as eqx
@@ -50,7 +52,7 @@ def tangent_kernel(
     model: AbstractModel, X: Float[ArrayLike, "n d"], X2: Float[ArrayLike, "m d"] | None = None,
 ) -> Float[Array, "n m"]:
     """The (empirical) neural tangent kernel of ``model`` at its current parameters, by autodiff:
-    ``K_ij = ∇_θ f(x_i) · ∇_θ f(x2_j)`` (THEORY [AZ-F]). ``X2`` defaults to ``X``.
+    ``K_ij = ∇_θ f(x_i) · ∇_θ f(x2_j)`` ([THEORY AZ-F][theory-az-f]). ``X2`` defaults to ``X``.
 
     For a model linear in its input this is ``X M₀ X2ᵀ`` with ``M₀ = predictor_inverse_metric``.
     """
@@ -74,7 +76,7 @@ def ntk_outputs(
     X_eval: Float[ArrayLike, "m d"],
 ) -> Float[Array, " m"]:
     """Outputs at ``X_eval`` of the kernel-regression (NTK) limit of gradient flow on the square
-    loss, from ``model`` taken as the initialization (any model; THEORY [AZ-F]):
+    loss, from ``model`` taken as the initialization (any model; [THEORY AZ-F][theory-az-f]):
     ``f₀(X_eval) + K(X_eval, X) K(X, X)⁻¹ (y − f₀(X))``. Exact for the linearized model; the
     flow's own limit approaches it in the lazy regime. Needs ``K(X, X)`` invertible (n ≤ p)."""
     X, y = _checks.data(X, y)
@@ -100,8 +102,9 @@ def _linear(model) -> AbstractLinearModel:
 def ntk_predictor(
     model: AbstractLinearModel, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"],
 ) -> Float[Array, " d"]:
-    """The NTK-limit predictor of THEORY [AZ-F] for a model linear in its input, ``model`` being
-    the initialization: ``w̃_NTK = w̃₀ + M₀Xᵀ(XM₀Xᵀ)⁻¹(y − Xw̃₀)`` with ``M₀ = J Jᵀ`` by autodiff.
+    """The NTK-limit predictor of [THEORY AZ-F][theory-az-f] for a model linear in its input,
+    ``model`` being the initialization: ``w̃_NTK = w̃₀ + M₀Xᵀ(XM₀Xᵀ)⁻¹(y − Xw̃₀)`` with
+    ``M₀ = J Jᵀ`` by autodiff.
     It interpolates ``Xw̃ = y`` and minimises `ntk_rkhs_norm` among interpolants. Shape (d,)."""
     model = _linear(model)
     X, y = _checks.data(X, y)
@@ -120,7 +123,7 @@ def ntk_rkhs_norm(
 ) -> Float[Array, "*b"]:
     """RKHS norm, for the tangent kernel ``k(x, x') = xᵀM₀x'`` of ``model`` at its parameters, of
     the function ``x ↦ <w − w̃₀, x>``: the Mahalanobis norm ``sqrt((w − w̃₀)ᵀ M₀⁺ (w − w̃₀))``
-    (THEORY [AZ-F]: ``D_Q(w, w̃₀) ≈ (g₀/2) · norm²`` in the lazy regime).
+    ([THEORY AZ-F][theory-az-f]: ``D_Q(w, w̃₀) ≈ (g₀/2) · norm²`` in the lazy regime).
 
     ``+inf`` when ``w − w̃₀`` has a component (relative size > `rtol`) outside ``range M₀``: such a
     function is not in the RKHS. Broadcasts over leading dimensions of `w`.

@@ -1,4 +1,5 @@
-"""[LM-B]: absolute-value networks, scaled potential — a convex problem solved by Newton."""
+"""[LM-B][theory-lm-b]: absolute-value networks, scaled potential — a convex problem solved by
+Newton."""
 
 import equinox as eqx
 import jax
@@ -17,14 +18,15 @@ def abs_variational(
     bias: AbstractBiasDistribution = UniformBias(2.0), num_grid: int = 1500,
     max_iter: int = 100, tol: Float[ArrayLike, ""] = 1e-13,
 ) -> VariationalSolution:
-    """``argmin ∫ D_φ(g''/(2p_B), 0) p_B dx`` over ``F_Abs`` s.t. ``g(x_i) = h_i`` (THEORY [LM-B]).
+    """``argmin ∫ D_φ(g''/(2p_B), 0) p_B dx`` over ``F_Abs`` s.t. ``g(x_i) = h_i``
+    ([THEORY LM-B][theory-lm-b]).
 
     The infinite-width limit of |·| networks trained by mirror flow with the width-scaled
     potential ``Φ = n⁻² Σ φ(nΔθ)`` from ``a(0) = d(0) = 0``. Pass ``h = y − f(x, θ(0))``.
 
-    Discretization: ``g = ½ Σ ω_j β_j |x − t_j|`` (exact for ``F_Abs``, [LM-F]); objective
-    ``Σ ω_j p_j D_φ(β_j/(2p_j), 0)``, separable and strictly convex. Solved by Newton's method
-    with equality constraints (Boyd–Vandenberghe §10.2) from the feasible quadratic solution
+    Discretization: ``g = ½ Σ ω_j β_j |x − t_j|`` (exact for ``F_Abs``, [LM-F][theory-lm-f]);
+    objective ``Σ ω_j p_j D_φ(β_j/(2p_j), 0)``, separable and strictly convex. Solved by Newton's
+    method with equality constraints (Boyd–Vandenberghe §10.2) from the feasible quadratic solution
     (φ replaced by its second-order expansion at 0), Armijo backtracking, the m×m Schur
     complement ``A H⁻¹ Aᵀ`` per step. Stops when the Newton decrement ``λ²/2`` falls below
     ``tol · max(1, objective)``; otherwise `status` is `Status.budget_exhausted`.

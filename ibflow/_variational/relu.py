@@ -1,4 +1,4 @@
-"""[LM-G]: ReLU networks, unscaled potential — a quadratic problem solved exactly."""
+"""[LM-G][theory-lm-g]: ReLU networks, unscaled potential — a quadratic problem solved exactly."""
 
 import equinox as eqx
 import jax
@@ -14,7 +14,8 @@ def relu_variational(
     x: Float[ArrayLike, " m"], h: Float[ArrayLike, " m"], *,
     bias: AbstractBiasDistribution = UniformBias(2.0), num_grid: int = 1500,
 ) -> VariationalSolution:
-    """``argmin 𝒢₁ + 𝒢₂ + 𝒢₃`` over ``F_ReLU`` subject to ``g(x_i) = h_i`` (THEORY [LM-G]).
+    """``argmin 𝒢₁ + 𝒢₂ + 𝒢₃`` over ``F_ReLU`` subject to ``g(x_i) = h_i``
+    ([THEORY LM-G][theory-lm-g]).
 
     ``𝒢₁ = ∫ g''²/p_B``, ``𝒢₂ = (g'(+∞) + g'(−∞))²``, ``𝒢₃ = σ_B⁻²(∫ g''(x)|x| dx − 2g(0))²``:
     the infinite-width limit of ReLU networks trained by mirror flow with an unscaled potential

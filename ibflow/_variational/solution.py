@@ -9,6 +9,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .. import _checks
 from .._models.shallow import AbstractBiasDistribution
+from .._result import AbstractResult
 from .._status import Status
 
 
@@ -36,8 +37,8 @@ def check_data(x, h):
     return _checks.finite(x, "x"), _checks.finite(h, "h")
 
 
-class VariationalSolution(eqx.Module):
-    """A univariate function ``g`` given by its curvature on a grid (THEORY [LM-F]).
+class VariationalSolution(AbstractResult):
+    """A univariate function ``g`` given by its curvature on a grid ([THEORY LM-F][theory-lm-f]).
 
     * ``activation="relu"``: ``g(x) = c₀ + c₁x + Σ_j ω_j β_j (x − t_j)₊`` (``F_ReLU``: affine
       outside the grid).

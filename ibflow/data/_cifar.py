@@ -6,7 +6,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import GZIP_MAGIC, DataFileError, missing_error, verify
+from ._files import (
+    GZIP_MAGIC,
+    MAX_DECOMPRESSED_BYTES,
+    DataFileError,
+    check_checksums,
+    missing_error,
+    verify,
+)
 
 #: md5 published on https://www.cs.toronto.edu/~kriz/cifar.html for the binary distribution.
 #: The per-batch ``.bin`` files have no published digest.
@@ -60,6 +67,10 @@ def _read_archive(path: Path, names: list[str]) -> list[tuple[np.ndarray, np.nda
                 f = tar.extractfile(info) if info.isfile() else None
                 if f is None:
                     raise DataFileError(f"{path}: member {member} is not a regular file.")
+                if info.size > MAX_DECOMPRESSED_BYTES:
+                    raise DataFileError(f"{path}: member {member} is {info.size} bytes, more "
+                                        f"than the cap MAX_DECOMPRESSED_BYTES; not a CIFAR-10 "
+                                        "batch.")
                 out.append(_parse_batch(f.read(), f"{path}:{member}"))
     except (tarfile.TarError, EOFError, OSError) as e:
         raise DataFileError(f"{path} is truncated or not a valid .tar.gz archive ({e}); "
@@ -90,6 +101,7 @@ def load_cifar10(
     """
     if split not in _BATCHES:
         raise ValueError(f"split must be 'train' or 'test'; got {split!r}.")
+    check_checksums(checksums)
     root = Path(root)
     names = _BATCHES[split]
     archive = root / ARCHIVE

@@ -13,8 +13,8 @@ def digits(
     `task`: ``"parity"`` (default: even digits +1, odd −1; 1797 examples, not linearly trivial)
     or ``"0-vs-1"`` (360 examples, easy). Inputs are the 64 pixels divided by 16, so in [0, 1];
     all entries are ≥ 0, so the data are far from orthogonal (`near_orthogonality` ≫ 1) — the
-    contrast to the Gaussian mixture of THEORY §4.0. `n`, `n_test`, `seed`, `center`: as in
-    `binary_task` (balanced random subsets; n = 100 keeps flows fast).
+    contrast to the Gaussian mixture of [THEORY §4.0][theory-4-0]. `n`, `n_test`, `seed`, `center`:
+    as in `binary_task` (balanced random subsets; n = 100 keeps flows fast).
     """
     from sklearn.datasets import load_digits
 

@@ -6,12 +6,15 @@ next to the data (no sidecar ``.md5``) is trusted: whoever can replace the data 
 No loader ever deserializes Python objects; every format is parsed with numpy from raw bytes.
 """
 
-import gzip
 import hashlib
 import zlib
 from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: Most bytes a loader decompresses from one gzip file or reads from one archive member (the
+#: largest file of the supported data sets, MNIST's training images, is 47 MB uncompressed): a
+#: small crafted file cannot make a loader allocate gigabytes.
+MAX_DECOMPRESSED_BYTES = 256 * 1024**2
 
 
 class DataFileError(ValueError):
@@ -44,6 +47,7 @@ def verify(path: Path, *, official: dict[str, str], checksums: dict[str, str] | 
     A mismatch raises `DataFileError` naming the file and both digests."""
     if not verify:
         return "none"
+    check_checksums(checksums)
     name = path.name
     for source, expected in (("user", (checksums or {}).get(name)),
                              ("published", official.get(name))):
@@ -61,16 +65,38 @@ def verify(path: Path, *, official: dict[str, str], checksums: dict[str, str] | 
     return "none"
 
 
-def gunzip(raw: bytes, path: Path) -> bytes:
-    """Decompress gzip bytes read from ``path``; a truncated or fake gzip names the file."""
+def check_checksums(checksums) -> None:
+    """`checksums` is None or a dict of file name -> hex digest string; ValueError otherwise."""
+    if checksums is None:
+        return
+    if not isinstance(checksums, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in checksums.items()):
+        raise ValueError("checksums must be a dict {file name: md5 or sha256 hex digest}; got "
+                         f"{type(checksums).__name__} {checksums!r:.80}.")
+
+
+def gunzip(raw: bytes, path: Path, limit: int | None = None) -> bytes:
+    """Decompress gzip bytes read from ``path`` (every member), at most `limit` bytes (default
+    `MAX_DECOMPRESSED_BYTES`); a truncated or fake gzip, or one that expands beyond the limit,
+    names the file."""
+    limit = MAX_DECOMPRESSED_BYTES if limit is None else limit
+    out, rest = bytearray(), raw
     try:
-        return gzip.decompress(raw)
-    except EOFError as e:
-        raise DataFileError(f"{path} is a truncated gzip file (the compressed stream ends early:"
-                            f" {e}); download it again.") from None
-    except (gzip.BadGzipFile, zlib.error, OSError) as e:
+        while rest:
+            stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += stream.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit:
+                raise DataFileError(f"{path} decompresses to more than {limit} bytes (the cap "
+                                    "MAX_DECOMPRESSED_BYTES); it is not a file of this data "
+                                    "set.")
+            if not stream.eof:
+                raise DataFileError(f"{path} is a truncated gzip file (the compressed stream "
+                                    "ends early); download it again.")
+            rest = stream.unused_data
+    except zlib.error as e:
         raise DataFileError(f"{path} starts like a gzip file but is not a valid one ({e}).") \
             from None
+    return bytes(out)
 
 
 def missing_error(dataset: str, root: Path, expected: list[str], hint: str) -> FileNotFoundError:

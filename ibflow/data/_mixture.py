@@ -1,5 +1,5 @@
-"""Binary classification data: the Gaussian mixture of THEORY §4.0 and the near-orthogonality
-diagnostic of THEORY §4.1."""
+"""Binary classification data: the Gaussian mixture of [THEORY §4.0][theory-4-0] and the
+near-orthogonality diagnostic of [THEORY §4.1][theory-4-1]."""
 
 import equinox as eqx
 import jax
@@ -27,9 +27,9 @@ def gaussian_mixture(
     key: PRNGKeyArray, n: int = 10, d: int = 784, *, sigma_p: float = 0.01, sigma_e: float = 1.0,
     n_test: int = 1000, balanced: bool = True,
 ) -> ClassificationData:
-    """THEORY §4.0 (after Kou et al. 2023): ``xᵢ = yᵢ μ + zᵢ`` with ``μ ~ N(0, σ_p² I_d)`` drawn
-    once,
-    ``zᵢ ~ N(0, σ_e² I_d)`` and ``yᵢ`` Rademacher. The seed uses n = 10, d = 784, σ_p = 0.01,
+    """[THEORY §4.0][theory-4-0] (after Kou et al. 2023): ``xᵢ = yᵢ μ + zᵢ`` with
+    ``μ ~ N(0, σ_p² I_d)`` drawn once, ``zᵢ ~ N(0, σ_e² I_d)`` and ``yᵢ`` Rademacher. The seed uses
+    n = 10, d = 784, σ_p = 0.01,
     σ_e = 1, so ``‖μ‖² ≈ 0.08 ≪ σ_e² d = 784``: nearly orthogonal noise with a tiny class signal.
 
     `balanced`: exactly ⌈n/2⌉ positive labels in random order (so both classes exist even for
@@ -55,7 +55,7 @@ def gaussian_mixture(
 
 
 def near_orthogonality(X: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
-    """``n · max_{i≠k} |⟨xᵢ, x_k⟩| / minᵢ ‖xᵢ‖²`` (THEORY §4.1).
+    """``n · max_{i≠k} |⟨xᵢ, x_k⟩| / minᵢ ‖xᵢ‖²`` ([THEORY §4.1][theory-4-1]).
 
     Frei et al.'s condition ``‖xᵢ‖² ≥ C n max_{k≠i} |⟨xᵢ, x_k⟩|`` holds with constant C exactly when
     this number is ≤ 1/C: small values (≪ 1) mean nearly orthogonal data. For the seed's mixture

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import GZIP_MAGIC, DataFileError, gunzip, missing_error, verify
+from ._files import GZIP_MAGIC, DataFileError, check_checksums, gunzip, missing_error, verify
 
 #: md5 of the official gzipped files (as published with the data set and used by torchvision).
 MNIST_MD5 = {
@@ -70,8 +70,9 @@ def load_mnist(
     """
     if split not in _STEMS:
         raise ValueError(f"split must be 'train' or 'test'; got {split!r}.")
+    check_checksums(checksums)
     root = Path(root)
-    arrays = []
+    arrays, paths = [], []
     for stem in _STEMS[split]:
         candidates = [root / (stem + ".gz"), root / stem]
         path = next((p for p in candidates if p.is_file()), None)
@@ -80,8 +81,16 @@ def load_mnist(
                                 f"(missing {stem}[.gz] for split={split!r}.)")
         verify(path, official=MNIST_MD5, checksums=checksums, verify=verify_checksums)
         arrays.append(read_idx(path))
+        paths.append(path)
     images, labels = arrays
-    if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise DataFileError(f"MNIST under {root}: images {images.shape} and labels {labels.shape} "
-                         "do not match (expected (N, rows, cols) and (N,)).")
+    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (28, 28):
+        raise DataFileError(f"MNIST under {root}: {paths[0].name} holds {images.dtype} images of "
+                            f"shape {images.shape}; MNIST's are uint8 of shape (N, 28, 28).")
+    if labels.dtype != np.uint8 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
+        raise DataFileError(f"MNIST under {root}: {paths[1].name} holds {labels.dtype} labels of "
+                            f"shape {labels.shape}; expected uint8 of shape ({images.shape[0]},) "
+                            "to match the images.")
+    if labels.size and labels.max() > 9:
+        raise DataFileError(f"MNIST under {root}: {paths[1].name} has label {int(labels.max())}; "
+                            "MNIST's labels are 0..9.")
     return images, labels

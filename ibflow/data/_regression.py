@@ -1,4 +1,4 @@
-"""Sparse regression, the "Woodworth et al." setting of THEORY §2.8."""
+"""Sparse regression, the "Woodworth et al." setting of [THEORY §2.8][theory-2-8]."""
 
 import equinox as eqx
 import jax
@@ -22,7 +22,7 @@ class RegressionData(eqx.Module):
 
     def test_error(self, w: Float[ArrayLike, "*b d"]) -> Float[Array, "*b"]:
         """Population error of a linear predictor: the test MSE ``mean((X_test w − y_test)²)``
-        (THEORY §2.8). Broadcasts over leading batch dimensions of ``w``."""
+        ([THEORY §2.8][theory-2-8]). Broadcasts over leading batch dimensions of ``w``."""
         return jnp.mean((jnp.asarray(w) @ self.X_test.T - self.y_test) ** 2, axis=-1)
 
 
@@ -30,8 +30,9 @@ def sparse_regression(
     key: PRNGKeyArray, n: int = 100, d: int = 1000, k: int = 5, noise: float = 0.1,
     n_test: int = 2000,
 ) -> RegressionData:
-    """THEORY §2.8: ``x ~ N(0, I_d)``, a k-sparse teacher with entries ``1/√k`` on a uniformly
-    random support (so ``‖w*‖₂ = 1``), training labels ``<w*, x> + ε`` with ``ε ~ N(0, noise²)``
+    """[THEORY §2.8][theory-2-8]: ``x ~ N(0, I_d)``, a k-sparse teacher with entries ``1/√k`` on a
+    uniformly random support (so ``‖w*‖₂ = 1``), training labels ``<w*, x> + ε`` with
+    ``ε ~ N(0, noise²)``
     (`noise` is the standard deviation: 0.1 is the paper's variance 0.01), and a noiseless test set.
     """
     for name, v in dict(n=n, d=d, k=k, n_test=n_test).items():

@@ -1,4 +1,5 @@
-"""Overflow-robust scalar kernels shared by the regularizers (THEORY §2.3 solver tip)."""
+"""Overflow-robust scalar kernels shared by the regularizers ([THEORY §2.3][theory-2-3] solver
+tip)."""
 
 import jax.numpy as jnp
 

@@ -1,19 +1,19 @@
 """Implicit regularizer of the two-layer diagonal linear network: Theorem 1 and its biased form
-(THEORY §2.3 [AZ-T1], [AZ-A], [AZ-7.1])."""
+([THEORY §2.3][theory-2-3] [AZ-T1][theory-az-t1], [AZ-A][theory-az-a], [AZ-7.1][theory-az-7-1])."""
 
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ... import _checks
 from ..._models._init import checked_scale_shape
-from ..._models.diagonal import DiagonalNet
 from ._stable import asinh_ratio, scaled_cosh_minus_one, scaled_sinh
 from .base import AbstractLegendreRegularizer
 from .quadratic import WeightedL2Norm
 
 
 class DiagonalNetRegularizer(AbstractLegendreRegularizer):
-    r"""``Q(w) = Σᵢ q_{kᵢ}(wᵢ) − (wᵢ/2)·arcsinh(2w₀ᵢ/kᵢ)`` (THEORY [AZ-T1], [AZ-A]) with
+    r"""``Q(w) = Σᵢ q_{kᵢ}(wᵢ) − (wᵢ/2)·arcsinh(2w₀ᵢ/kᵢ)`` ([THEORY AZ-T1][theory-az-t1],
+    [AZ-A][theory-az-a]) with
 
     ``q_k(x) = (k/4)[1 − sqrt(1 + 4x²/k²) + (2x/k) arcsinh(2x/k)]``.
 
@@ -21,22 +21,25 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
     ``(∇Q)⁻¹(z) = (k/2) sinh(2z + φ)`` with ``φ = arcsinh(2w₀/k)``, and the convex conjugate is
     ``Q*(z) = (k/4)(cosh(2z + φ) − 1)``. Every formula is evaluated in a form that neither
     overflows nor cancels for small ``k`` or large arguments (products ``c·sinh`` are formed as
-    ``exp(log c + |u|)``; THEORY §2.3 solver tip). ``Q`` is strictly convex and ``∇Q(w₀) = 0``.
+    ``exp(log c + |u|)``; [THEORY §2.3][theory-2-3] solver tip). ``Q`` is strictly convex and
+    ``∇Q(w₀) = 0``.
 
     **Fields:**
     - `k`: (d,) per-coordinate ``kᵢ > 0``; ``kᵢ = 2(u₀ᵢ² + v₀ᵢ²)`` for unbiased initialization,
       ``kᵢ = 4αᵢ(1 + sᵢ²)/(1 − sᵢ²)`` in scale/shape form.
     - `w0`: (d,) the initial predictor ``w(0)`` (zeros for unbiased initialization).
 
-    Limits (THEORY §2.3, measured here, tests/test_theory_limits.py): for ``k → ∞`` the minimizer
+    Limits ([THEORY §2.3][theory-2-3], measured here, tests/test_theory_limits.py): for ``k → ∞``
+        the minimizer
     approaches that of `ntk_limit` with relative distance ∝ ``k⁻²`` (fitted slopes −2.0 in α at
     fixed s and 2.0 in ``1 − s`` at fixed α, as ``q_k = x²/2k − x⁴/6k³ + …`` predicts). For
     ``α → 0`` at fixed s the distance to the min-ℓ1 interpolant falls like a power of α, not
     logarithmically: ∝ α^0.33 on a 5-sparse problem with n = 20, d = 50 (0.54 … 4.4e-4 for
-    α = 1e-2 … 1e-12); THEORY only states the logarithmic approach of the weights' ratios.
+    α = 1e-2 … 1e-12); [§2.3][theory-2-3] only states the logarithmic approach of the weights'
+    ratios.
 
-    Build from a model with `from_model`, from scale/shape with `from_scale_shape`, or for the
-    tied-weight network ``w = u₊² − u₋²`` with `from_tied`.
+    Build from a model with ``ibflow.implicit_bias(model)``, from scale/shape with
+    `from_scale_shape`, or for the tied-weight network ``w = u₊² − u₋²`` with `from_tied`.
     """
 
     k: Float[Array, " d"]
@@ -48,28 +51,29 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
                              f"{jnp.shape(self.k)} and {jnp.shape(self.w0)}.")
 
     @classmethod
-    def from_model(cls, model: DiagonalNet) -> "DiagonalNetRegularizer":
-        """The regularizer of gradient flow started at ``model`` (any initialization, THEORY
-        [AZ-A]): ``kᵢ = sqrt(((u₊−v₊)² + (u₋+v₋)²)((u₊+v₊)² + (u₋−v₋)²))``, ``w₀ = u₊v₊ − u₋v₋``.
+    def from_exp_coefficients(cls, p: Float[Array, " d"], m: Float[Array, " d"],
+                              w0: Float[Array, " d"]) -> "DiagonalNetRegularizer":
+        """The regularizer of gradient flow along ``w(ρ) = P e^ρ − N e^{−ρ}`` (any
+        initialization, [THEORY AZ-A][theory-az-a]; `ibflow.implicit_bias` of a `DiagonalNet`
+        calls this with its `exp_coefficients`): ``kᵢ = 4 sqrt(PᵢNᵢ)``, ``w₀ = P − N``.
 
         ``kᵢ = 0`` means coordinate i is sign-constrained (``w(ρ) = ±P e^{±ρ}``); its bias is
         then entropic, not of this family, and a ``ValueError`` is raised (eagerly) or a
         runtime error under ``jit``.
         """
-        p, m = model.exp_coefficients()
         k = 4.0 * jnp.sqrt(p * m)
         k = _checks._check(k, lambda a: ~(a > 0),
                            "DiagonalNetRegularizer: k_i = 0 for some coordinate (u₊ = −v₊ and "
                            "u₋ = v₋, or u₊ = v₊ and u₋ = −v₋): that coordinate keeps its sign "
                            "and Theorem 1 does not apply to it.")
-        return cls(k=k, w0=model.predictor())
+        return cls(k=k, w0=w0)
 
     @classmethod
     def from_scale_shape(cls, scale: Float[ArrayLike, "*d"], shape: Float[ArrayLike, "*d"] = 0.0,
                          *, dim: int | None = None) -> "DiagonalNetRegularizer":
-        """Unbiased initialization with scale α and shape s, scalars or per coordinate (THEORY
-        [AZ-7.1]): ``k = 4α(1 + s²)/(1 − s²)``, ``w₀ = 0``. `dim` is needed only when both are
-        scalars. Same arguments as `DiagonalNet.from_scale_shape`."""
+        """Unbiased initialization with scale α and shape s, scalars or per coordinate
+        ([THEORY AZ-7.1][theory-az-7-1]): ``k = 4α(1 + s²)/(1 − s²)``, ``w₀ = 0``. `dim` is needed
+        only when both are scalars. Same arguments as `DiagonalNet.from_scale_shape`."""
         alpha, s = checked_scale_shape(scale, shape)
         k = 4.0 * alpha * (1 + s**2) / (1 - s**2)
         if k.ndim == 0:
@@ -85,10 +89,16 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
     def from_tied(cls, u_plus: Float[ArrayLike, " d"], u_minus: Float[ArrayLike, " d"]
                   ) -> "DiagonalNetRegularizer":
         """Tied weights ``w = u₊∘u₊ − u₋∘u₋`` (Woodworth et al. 2020; the case ``v± = u±`` of
-        THEORY §2.3, which gradient flow preserves): ``k = 4|u₊u₋|``, ``w₀ = u₊² − u₋²``.
-        With ``u₊ = u₋ = α^{1/2}`` this is Theorem 1 at shape s = 0, ``k = 4α``."""
+        [THEORY §2.3][theory-2-3], which gradient flow preserves): ``k = 4|u₊u₋|``,
+        ``w₀ = u₊² − u₋²``. With ``u₊ = u₋ = α^{1/2}`` this is Theorem 1 at shape s = 0,
+        ``k = 4α``."""
         u_plus, u_minus = jnp.asarray(u_plus, dtype=float), jnp.asarray(u_minus, dtype=float)
-        return cls.from_model(DiagonalNet(u_plus, u_plus, u_minus, u_minus))
+        if u_plus.ndim != 1 or u_plus.shape != u_minus.shape:
+            raise ValueError("from_tied needs u_plus and u_minus of one shape (d,); got "
+                             f"{u_plus.shape} and {u_minus.shape}.")
+        # P = u₊², N = u₋² (the exponential coefficients of the tied net, v± = u±).
+        p, m = u_plus**2, u_minus**2
+        return cls.from_exp_coefficients(p, m, p - m)
 
     # -- internal parametrization: c = k/2, φ = arcsinh(w₀/c) ------------------------------
     def _c_phi(self):
@@ -119,7 +129,8 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
         return y
 
     def ntk_limit(self) -> WeightedL2Norm:
-        """The kernel-regime limit ``k → ∞`` (THEORY §2.3 "Limits"): the quadratic expansion at
-        ``w₀``, ``Σᵢ (wᵢ − w₀ᵢ)² / (2 sqrt(kᵢ² + 4w₀ᵢ²))``; for unbiased initialization the
+        """The kernel-regime limit ``k → ∞`` ([THEORY §2.3][theory-2-3] "Limits"): the quadratic
+        expansion at ``w₀``, ``Σᵢ (wᵢ − w₀ᵢ)² / (2 sqrt(kᵢ² + 4w₀ᵢ²))``; for unbiased initialization
+        the
         weighted ℓ2 norm ``Σᵢ wᵢ²/(2kᵢ)``."""
         return WeightedL2Norm(weights=1.0 / jnp.hypot(self.k, 2.0 * self.w0), center=self.w0)

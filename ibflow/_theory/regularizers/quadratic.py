@@ -1,5 +1,5 @@
-"""Quadratic reference regularizers: ℓ2 (Theorem 3's limit, THEORY [AZ-T3]) and weighted ℓ2
-(the kernel limit of the diagonal network, THEORY §2.3 "Limits")."""
+"""Quadratic reference regularizers: ℓ2 (Theorem 3's limit, [THEORY AZ-T3][theory-az-t3]) and
+weighted ℓ2 (the kernel limit of the diagonal network, [THEORY §2.3][theory-2-3] "Limits")."""
 
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -10,8 +10,9 @@ from .base import AbstractLegendreRegularizer
 
 class L2Norm(AbstractLegendreRegularizer):
     """``Q(w) = ½‖w‖²``; its minimizer over ``Xw = y`` is ``X⁺y``. It is the implicit bias of
-    the single-neuron network in the limit of vanishing initialization (THEORY [AZ-T3]) and of
-    any model whose gradient flow stays in ``range Xᵀ`` from ``w(0) = 0``."""
+    the single-neuron network in the limit of vanishing initialization
+    ([THEORY AZ-T3][theory-az-t3]) and of any model whose gradient flow stays in ``range Xᵀ`` from
+    ``w(0) = 0``."""
 
     def value(self, w):
         return 0.5 * jnp.sum(w**2)

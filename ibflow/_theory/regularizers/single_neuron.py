@@ -1,5 +1,6 @@
 """Implicit regularizer of the two-layer network with one hidden neuron: Theorem 2 with the
-sign-flip rule, Proposition 1 (δ = 0) (THEORY §2.4 [AZ-FC-Q], [AZ-P1])."""
+sign-flip rule, Proposition 1 (δ = 0) ([THEORY §2.4][theory-2-4] [AZ-FC-Q][theory-az-fc-q],
+[AZ-P1][theory-az-p1])."""
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -11,7 +12,8 @@ from .base import AbstractLegendreRegularizer
 
 def _layer_squares(rho, delta):
     """``(a², ‖w‖²) = (S + δ/2, S − δ/2)`` with ``S = sqrt(ρ² + δ²/4)``, the smaller one formed as
-    ``ρ²/(larger)`` so that neither cancels when ``|δ| ≫ ρ`` (THEORY §2.4, invariant)."""
+    ``ρ²/(larger)`` so that neither cancels when ``|δ| ≫ ρ`` ([THEORY §2.4][theory-2-4],
+    invariant)."""
     big = jnp.hypot(rho, delta / 2.0) + jnp.abs(delta) / 2.0
     pos = big > 0
     small = jnp.where(pos, rho**2 / jnp.where(pos, big, 1.0), 0.0)
@@ -21,8 +23,8 @@ def _layer_squares(rho, delta):
 
 
 def neuron_value(delta, anchor, w):
-    """``q_δ(‖w̃‖) − (3/2)⟨anchor, w̃⟩`` with ``q_δ(ρ) = (S − δ)·sqrt(S + δ/2)`` (THEORY
-    [AZ-FC-Q]; ``S − δ = ‖w‖² − δ/2``)."""
+    """``q_δ(‖w̃‖) − (3/2)⟨anchor, w̃⟩`` with ``q_δ(ρ) = (S − δ)·sqrt(S + δ/2)``
+    ([THEORY AZ-FC-Q][theory-az-fc-q]; ``S − δ = ‖w‖² − δ/2``)."""
     a_sq, w_sq = _layer_squares(safe_norm(w), delta)
     return (w_sq - delta / 2.0) * jnp.sqrt(a_sq) - 1.5 * jnp.dot(anchor, w)
 
@@ -38,7 +40,7 @@ def neuron_grad(delta, anchor, w):
 
 def neuron_grad_inverse(delta, anchor, z):
     """``w̃ = sqrt((‖u‖² + δ)₊)·u`` with ``u = (2/3)z + anchor`` = sign(a)·w, since
-    ``|a| = sqrt(‖w‖² + δ)`` (THEORY [AZ-FC-Q] explicit inverse). For δ < 0 the ball
+    ``|a| = sqrt(‖w‖² + δ)`` ([THEORY AZ-FC-Q][theory-az-fc-q] explicit inverse). For δ < 0 the ball
     ``‖u‖ ≤ sqrt(−δ)`` is the subdifferential at the conic point and maps to 0."""
     u = (2.0 / 3.0) * z + anchor
     shifted = _shifted_square(delta, u)
@@ -69,9 +71,9 @@ def _anchor(w0, final_sign):
 
 
 class AbstractNeuronRegularizer(AbstractLegendreRegularizer):
-    """The Theorem-2 regularizer ``Q(w̃) = q_δ(‖w̃‖) − (3/2)⟨anchor, w̃⟩`` (THEORY [AZ-FC-Q]),
-    shared by the linear neuron and the leaky neuron (Theorem 4 has the same Q; only the
-    interpolation set differs, see `interpolation_targets`)."""
+    """The Theorem-2 regularizer ``Q(w̃) = q_δ(‖w̃‖) − (3/2)⟨anchor, w̃⟩``
+    ([THEORY AZ-FC-Q][theory-az-fc-q]), shared by the linear neuron and the leaky neuron (Theorem 4
+    has the same Q; only the interpolation set differs, see `interpolation_targets`)."""
 
     delta: eqx.AbstractVar[Float[Array, ""]]
     anchor: eqx.AbstractVar[Float[Array, " d"]]
@@ -90,7 +92,7 @@ class AbstractNeuronRegularizer(AbstractLegendreRegularizer):
 
 
 class SingleNeuronRegularizer(AbstractNeuronRegularizer):
-    r"""Theorem 2 (THEORY [AZ-FC-Q]) for ``f(x) = a⟨w, x⟩`` with ``δ = a² − ‖w‖²``:
+    r"""Theorem 2 ([THEORY AZ-FC-Q][theory-az-fc-q]) for ``f(x) = a⟨w, x⟩`` with ``δ = a² − ‖w‖²``:
 
     ``Q(w̃) = q_δ(‖w̃‖) − (3/2)⟨σ·w₀, w̃⟩``, ``q_δ(ρ) = (S − δ)sqrt(S + δ/2)``,
     ``S = sqrt(ρ² + δ²/4)``, where ``σ = sign(a(∞))`` is the **final** sign of the second layer.
@@ -98,11 +100,11 @@ class SingleNeuronRegularizer(AbstractNeuronRegularizer):
     Invariant form: gradient flow gives ``w(∞) − w(0) = −∫ a ∇L dt ∈ range Xᵀ`` whatever ``a``
     does, and ``∇Q(w̃)·(2/3) = sign(a)·w − σw₀``; so the anchor is ``σ·w₀``. When ``a`` keeps its
     sign (always if δ > 0, since ``a² ≥ δ``; also for δ = 0, where reaching ``a = 0`` means
-    reaching the saddle θ = 0) ``σ = sign(a₀)``, which is THEORY's ``Q``; when ``a`` flips
-    (possible only for δ < 0) ``σ = −sign(a₀)``, which is THEORY's ``Q_flip`` (linear term of
+    reaching the saddle θ = 0) ``σ = sign(a₀)``, which is the ``Q`` of [§2.4][theory-2-4]; when
+    ``a`` flips (possible only for δ < 0) ``σ = −sign(a₀)``, which is its ``Q_flip`` (linear term of
     the opposite sign). δ = 0 is Proposition 1 (``Q = ‖w̃‖^{3/2} − (3/2)‖w̃₀‖^{1/2}⟨ŵ₀, w̃⟩``,
-    THEORY [AZ-P1]). For δ < 0, ``Q`` has a conic point at 0 (``q'(0⁺) = (3/2)sqrt(−δ)``); the
-    dual used by `minimize_regularizer` is smooth there.
+    [THEORY AZ-P1][theory-az-p1]). For δ < 0, ``Q`` has a conic point at 0
+    (``q'(0⁺) = (3/2)sqrt(−δ)``); the dual used by `minimize_regularizer` is smooth there.
 
     **Fields:** `delta` ``δ`` (scalar), `anchor` (d,) ``σ·w₀``.
     """
@@ -125,8 +127,8 @@ class SingleNeuronRegularizer(AbstractNeuronRegularizer):
 
     @classmethod
     def balanced(cls, w_tilde0: Float[ArrayLike, " d"]) -> "SingleNeuronRegularizer":
-        """Proposition 1 (δ = 0, THEORY [AZ-P1]) from the initial predictor ``w̃₀ ≠ 0`` alone:
-        ``σw₀ = w̃₀/‖w̃₀‖^{1/2}``."""
+        """Proposition 1 (δ = 0, [THEORY AZ-P1][theory-az-p1]) from the initial predictor
+        ``w̃₀ ≠ 0`` alone: ``σw₀ = w̃₀/‖w̃₀‖^{1/2}``."""
         w_tilde0 = jnp.asarray(w_tilde0, dtype=float)
         return cls(delta=jnp.zeros(()), anchor=w_tilde0 / jnp.sqrt(jnp.linalg.norm(w_tilde0)))
 
