@@ -132,11 +132,6 @@ def _load_jax() -> None:
     enable_compilation_cache()
 
 
-_DEPRECATED = {"MinimizerStatus": ("Status", lambda: __getattr__("Status")),
-               "ClassificationSolution": ("Solution", lambda: __getattr__("Solution")),
-               "ClassifierTrajectory": ("Trajectory", lambda: __getattr__("Trajectory"))}
-
-
 def __getattr__(name):
     import importlib.util
 
@@ -145,14 +140,6 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_WHERE[name], __name__), name)
         globals()[name] = value  # later accesses are plain attribute reads
         return value
-    # Short deprecation path for names merged into the one result/status API.
-    if name in _DEPRECATED:
-        import warnings
-
-        new, get = _DEPRECATED[name]
-        warnings.warn(f"ibflow.{name} is deprecated; use ibflow.{new}.", DeprecationWarning,
-                      stacklevel=2)
-        return get()
     # A subpackage (ibflow.data) or a private module (ibflow._formulation), as before the
     # imports were lazy.
     if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):

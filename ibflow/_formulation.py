@@ -20,7 +20,7 @@ class AbstractFormulation(eqx.Module):
 
 def _kinked(model, kinks):
     # Through the class: an Equinox module's bound method is itself a module, built at each
-    # access (~35 µs of Python, a hundredth of a small kinked solve).
+    # access, a Python cost paid on every call of a small kinked solve.
     return kinks and isinstance(model, AbstractPiecewiseLinearModel) and type(model).has_kinks(
         model)
 

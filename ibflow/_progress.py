@@ -15,6 +15,7 @@ one "compiling…" line first.
 
 import math
 import sys
+import time
 import weakref
 
 import jax
@@ -106,7 +107,7 @@ class LossProgress:
         loss0, target = float(np.max(loss0)), float(np.max(target))
         self._start = max(loss0, 1e-300)
         self._decades = max(math.log10(self._start / max(target, 1e-300)), 1e-12)
-        self._steps, self._loss = 0, self._start
+        self._steps, self._loss, self._drawn = 0, self._start, time.monotonic()
         if self._bar is not None:
             self._bar.close()
         self._bar = tqdm(total=round(self._decades, 2), unit="decade", file=sys.stderr,
@@ -119,7 +120,8 @@ class LossProgress:
         steps = int(np.max(steps))
         self._steps = steps if steps >= 0 else self._steps + 1
         self._loss = float(np.max(loss))
-        if self._steps % 16 == 0 or steps >= 0:
+        # Every 16 steps, at an exact count, or after 0.1 s (a segment of a kinked flow).
+        if self._steps % 16 == 0 or steps >= 0 or time.monotonic() - self._drawn > 0.1:
             self._draw()
 
     def _draw(self):
@@ -128,6 +130,7 @@ class LossProgress:
         self._bar.n = round(min(max(done, 0.0), self._decades), 2)
         self._bar.set_postfix_str(f"loss {value:.2e}, {self._steps} steps", refresh=False)
         self._bar.refresh()
+        self._drawn = time.monotonic()
 
     def _close(self, steps):
         if self._bar is None:

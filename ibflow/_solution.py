@@ -41,9 +41,8 @@ class Solution(AbstractResult):
       never contradict the model). `status`: a `Status`; `converged` if and only if
       ``loss ≤ target_loss``. `target_loss`: the threshold.
     - `time`: the real gradient-flow time reached; `clock`: the integration variable reached
-      (equal to `time` unless the flow is time-warped, e.g. `LossClock`). With a Newton tail
-      (`EquilibriumNewton`), which jumps to the limit at t = ∞, both are those of the switch
-      to Newton (0 by default, where Newton starts at once).
+      (equal to `time` unless the flow is time-warped, e.g. `LossClock`). Where a Newton tail
+      (`EquilibriumNewton`) ran, the model is the limit, reached at t = ∞: both are ``inf``.
     - `steps`: solver steps attempted over all phases (accepted + rejected; `max_steps` bounds
       it), `accepted_steps`: of which accepted.
     - `trajectory`: a `Trajectory` at the requested save points, or None.

@@ -27,17 +27,15 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 import ibflow  # noqa: E402,F401  (turns on float64)
-from ibflow import _cache, _trace_cache  # noqa: E402
+from ibflow import _cache  # noqa: E402
 
 # One run's compiled programs are shared by its tests: JAX's persistent compilation cache in a
 # directory private to this run (made by the first process that imports this file, inherited by
 # the pytest workers, removed when that process exits). The same program recurs in several test
 # files (each file ends with `jax.clear_caches()`, below) and on both workers. Nothing outlives
-# the run, so runs stay hermetic. Measured 2026-11-26: 104 cache hits out of ~370 compiled
-# programs long enough to be written; the suite took 543-571 s with it, 573-650 s without.
+# the run, so runs stay hermetic. About a hundred cache hits out of ~370 compiled
+# programs long enough to be written (see benchmarks/results for the suite's time).
 # Subprocesses that tests start (the CLI, notebooks, benchmarks) keep their own settings.
-# ibflow's trace cache (`ibflow._trace_cache`), which would live in that directory, stays off:
-# tests count traces; its own tests give it temporary folders.
 if "IBFLOW_TEST_RUN_CACHE" not in os.environ:
     os.environ["IBFLOW_TEST_RUN_CACHE"] = tempfile.mkdtemp(prefix="ibflow-test-run-")
     atexit.register(shutil.rmtree, os.environ["IBFLOW_TEST_RUN_CACHE"], ignore_errors=True)
@@ -45,7 +43,6 @@ jax.config.update("jax_compilation_cache_dir", os.environ["IBFLOW_TEST_RUN_CACHE
 jax.config.update("jax_persistent_cache_min_compile_time_secs", _cache.MIN_COMPILE_TIME_SECS)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 jax.config.update("jax_compilation_cache_max_size", _cache.MAX_SIZE_BYTES)
-_trace_cache.directory = lambda: None
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 

@@ -81,6 +81,9 @@ def test_huge_scale_is_flagged_not_trustworthy(capsys):
     (["--width", "2"], "--width applies to --model fc"),
     (["--model", "cnn"], "--model"),
     (["--bogus"], "--bogus"),
+    (["--seed", "99999999999999999999"], "--seed"),  # was an OverflowError (exit 1)
+    (["--seed", "-1"], "--seed"),
+    (["--noise", "1e200"], "--noise"),  # was blamed on target_loss, an option never given
 ])
 def test_usage_errors_exit_2_with_one_line(capsys, argv, fragment):
     code = main(["flow", *argv])
@@ -104,10 +107,12 @@ def test_runtime_failure_exits_1(capsys, monkeypatch):
         "traceback)"]
 
 
-def _fake_reproduction(monkeypatch):
-    def run(out, full):
+def _fake_reproduction(monkeypatch, seen=None):
+    def run(out, full, progress):
         (out / "figure.txt").write_text("data")
-        return {"value": 1.5}
+        if seen is not None:
+            seen.append(progress)
+        return {"value": 1.5, "worst": float("inf")}
 
     monkeypatch.setitem(REPRODUCTIONS, "fake", Reproduction("fake", "a test double", run))
 
@@ -128,9 +133,34 @@ def test_reproduce_out_is_the_output_directory(tmp_path, monkeypatch, capsys):
     assert "ibflow-results/fake" in capsys.readouterr().out
 
 
+def test_reproduce_summary_is_strict_json(tmp_path, monkeypatch, capsys):
+    _fake_reproduction(monkeypatch)
+    assert main(["reproduce", "fake", "--out", str(tmp_path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out, parse_constant=_reject)
+    assert summary["worst"] == "inf"
+    assert json.loads((tmp_path / "summary.json").read_text(), parse_constant=_reject) == summary
+
+
+def test_reproduce_progress_flag_reaches_the_reproduction(tmp_path, monkeypatch):
+    """Every command has --progress/--no-progress; the default follows stderr (bars only on a
+    terminal: piped to a file, no sweep bar)."""
+    seen = []
+    _fake_reproduction(monkeypatch, seen)
+    for tty in (True, False):
+        monkeypatch.setattr(sys.stderr, "isatty", lambda tty=tty: tty)
+        for flag in ([], ["--no-progress"], ["--progress"]):
+            assert main(["reproduce", "fake", "--out", str(tmp_path), *flag]) == 0
+    assert seen == [True, False, True, False, False, True]
+
+
 def test_reproduce_list_and_unknown(capsys):
     assert main(["reproduce", "--list"]) == 0
-    assert "shape-scale" in capsys.readouterr().out
+    listing = capsys.readouterr().out
+    assert "shape-scale" in listing
+    # Each reproduction's line gives its default run time (or "?" where none is recorded).
+    for name, r in REPRODUCTIONS.items():
+        line = next(line for line in listing.splitlines() if line.startswith(name + " "))
+        assert ("~" in line) == (r.seconds is not None)
     assert main(["reproduce", "no-such-figure"]) == 2
     assert "unknown reproduction" in capsys.readouterr().err
     assert main(["reproduce"]) == 2
@@ -141,7 +171,44 @@ def test_help_exits_cleanly(capsys):
     assert "Exit codes" in capsys.readouterr().out
     assert main([]) == 2  # a sub-command is required
     assert main(["flow", "--help"]) == 0
-    assert "--json" in capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--json" in text
+    # Defaults are shown, computed ones in words.
+    for fragment in ("initialization scale α > 0 (default: 0.001)", "(default: 100000)",
+                     "(default: diagonal)", "(default: 1e-24 × mean(y²)/2)",
+                     "default: on when stderr is a terminal"):
+        assert fragment in text
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ibflow {ibflow.__version__}"
+
+
+def _reject(constant):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def test_json_is_strict_for_non_finite_numbers(capsys):
+    """α = 1e300 overflows: the record holds non-finite numbers, written as strings (strict
+    JSON), not as the bare Infinity/NaN that JSON parsers other than Python's refuse."""
+    code = main(["flow", "--scale", "1e300", "--n", "4", "--d", "8", "--k", "2", "--max-steps",
+                 "50", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out, parse_constant=_reject)
+    assert code == 3 and not report["converged"] and not report["trustworthy"]
+    assert report["roundoff_loss_floor"] in ("inf", "nan")
+    assert captured.err == ""
+
+
+def test_newton_limit_is_reported_at_infinite_time(capsys):
+    """The default diagonal flow ends with Newton on the equilibrium equation: its limit is
+    reached at t = ∞, which --json reports as "inf" (it said 0.0)."""
+    code = main(["flow", "--n", "10", "--d", "40", "--k", "3", "--json"])
+    report = json.loads(capsys.readouterr().out, parse_constant=_reject)
+    assert code == 0 and report["time"] == "inf"
+    assert main(["flow", "--n", "10", "--d", "40", "--k", "3"]) == 0
+    assert "t = ∞" in capsys.readouterr().out
 
 
 def test_json_mode_writes_only_json_to_stdout_in_a_real_process():

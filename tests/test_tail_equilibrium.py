@@ -156,3 +156,76 @@ def test_newton_tail_without_an_interpolant_keeps_a_finite_state(getkey):
     assert bool(jnp.all(jnp.isfinite(sol.predictor))) and float(sol.loss) > 0
     residual = np.linalg.lstsq(np.asarray(X), np.asarray(y), rcond=None)[1][0] / 24
     assert float(sol.loss) >= 0.999 * residual  # not below the least-squares floor
+
+
+def _reduction(X, y, scale, shape):
+    from ibflow._dynamics.diagonal import DiagonalReducedDynamics
+
+    model = ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=X.shape[1])
+    return DiagonalReducedDynamics(initial=model, X=X, y=y)
+
+
+def test_pair_table_newton_matrices_equal_the_vector_fields_jacobian(getkey):
+    """Under vmap over enough members sharing X, Newton's matrices come from one product with
+    the pair table (`DiagonalReducedDynamics.newton_table`); each equals −∂F/∂ν computed by
+    forward-mode differentiation of the vector field (an independent algorithm), and the direct
+    build."""
+    from ibflow._dynamics.diagonal import PAIR_TABLE_BATCH
+
+    X, y = _problem(getkey, n=7, d=25)
+    batch = PAIR_TABLE_BATCH + 3
+    scales = jnp.logspace(-3, -0.5, batch)
+    shapes = jnp.linspace(-0.6, 0.6, batch)
+    states = 0.3 * jax.random.normal(getkey(), (batch, X.shape[0]))
+
+    def matrices(scale, shape, state):
+        dynamics = _reduction(X, y, scale, shape)
+        table = dynamics.newton_table()
+        assert table.shape == (7 * 8 // 2, 25)
+        jac = jax.jacfwd(lambda s: dynamics.vector_field(jnp.zeros(()), s, None))(state)
+        return dynamics.newton_matrix(state, table), dynamics.newton_matrix(state), -jac
+
+    from_table, direct, reference = jax.jit(jax.vmap(matrices))(scales, shapes, states)
+    assert float(jnp.max(jnp.abs(from_table - reference)) / jnp.max(jnp.abs(reference))) <= 1e-13
+    assert float(jnp.max(jnp.abs(direct - reference)) / jnp.max(jnp.abs(reference))) <= 1e-13
+    assert bool(jnp.all(from_table == jnp.swapaxes(from_table, 1, 2)))  # symmetric by build
+
+
+def _while_depths(jaxpr, shape, depth=0):
+    """The while-loop nesting depths of the equations of `jaxpr` (recursively) with an output of
+    `shape`."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if any(getattr(v.aval, "shape", None) == shape for v in eqn.outvars):
+            found.append(depth)
+        inner = depth + (eqn.primitive.name == "while")
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    found += _while_depths(sub.jaxpr, shape, inner)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    found += _while_depths(sub, shape, inner)
+    return found
+
+
+def test_pair_table_is_built_once_per_batch_outside_the_newton_loop(getkey):
+    """Built from the unbatched X, the table stays unbatched under vmap (one per call, not one
+    per member) and is built before the Newton loop, not in it; its one use is the product
+    with the members' slopes."""
+    from ibflow._dynamics.diagonal import PAIR_TABLE_BATCH
+
+    X, y = _problem(getkey, n=6, d=40)
+
+    def one(scale):
+        model = ibflow.DiagonalNet.from_scale_shape(scale, 0.2, dim=X.shape[1])
+        return ibflow.integrate(model, X, y, throw=False).predictor
+
+    scales = jnp.logspace(-3, -1, PAIR_TABLE_BATCH)
+    jaxpr = jax.make_jaxpr(jax.vmap(one))(scales)
+    table = (6 * 7 // 2, 40)
+    built = _while_depths(jaxpr.jaxpr, table)
+    assert built and set(built) == {0}, built  # at the top level only: no while loop rebuilds it
+    assert not _while_depths(jaxpr.jaxpr, (PAIR_TABLE_BATCH,) + table)  # never per member
+    batched = jax.vmap(one)(scales)
+    looped = jnp.stack([one(s) for s in scales])
+    assert relative(batched, looped) <= 1e-12

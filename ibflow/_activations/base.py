@@ -23,6 +23,9 @@ class AbstractPiecewiseLinearActivation(AbstractActivation):
     ([THEORY §8.2][theory-8-2])."""
 
     positively_homogeneous = True
+    #: Whether the two slopes differ (a kink at 0 that `ibflow.integrate` locates as an event);
+    #: False for the identity.
+    kinked: eqx.AbstractClassVar[bool]
 
     @abc.abstractmethod
     def slopes(self) -> tuple[Float[Array, ""], Float[Array, ""]]:

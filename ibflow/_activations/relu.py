@@ -17,6 +17,8 @@ def leaky_relu(z, slope):
 class LeakyReLU(AbstractPiecewiseLinearActivation):
     """``σ(z) = max(z, γz)``, γ ∈ [0, 1] a fixed (untrained, sweepable) array leaf."""
 
+    kinked = True
+
     slope: Float[Array, ""]
 
     def __init__(self, slope: Float[ArrayLike, ""] = 0.2):
@@ -36,12 +38,16 @@ class LeakyReLU(AbstractPiecewiseLinearActivation):
 class ReLU(AbstractPiecewiseLinearActivation):
     """``σ(z) = max(z, 0)``."""
 
+    kinked = True
+
     def slopes(self):
         return jnp.zeros(()), jnp.ones(())
 
 
 class Absolute(AbstractPiecewiseLinearActivation):
     """``σ(z) = |z|`` (Liang–Montúfar's absolute-value networks, [THEORY §3][theory-3])."""
+
+    kinked = True
 
     def slopes(self):
         return -jnp.ones(()), jnp.ones(())
@@ -50,6 +56,8 @@ class Absolute(AbstractPiecewiseLinearActivation):
 class Identity(AbstractPiecewiseLinearActivation):
     """``σ(z) = z``: a fully connected linear network ([THEORY §2.4][theory-2-4],
     [§2.6][theory-2-6])."""
+
+    kinked = False
 
     def slopes(self):
         return jnp.ones(()), jnp.ones(())

@@ -25,8 +25,7 @@ class ParameterDynamics(AbstractDynamics):
     The ODE state is one flat vector (`jax.flatten_util.ravel_pytree` of ``{"theta": θ, "t":
     t}``), not the parameters' PyTree: Diffrax's per-step work (stage buffers, error norms,
     interpolation) then runs once instead of once per leaf, which on a small model is most of
-    a step's cost (measured on the sliding leaky neurons of benchmarks/kinks.py, three leaves:
-    ~10% less time for the same steps).
+    a step's cost.
     """
 
     initial: eqx.Module

@@ -49,12 +49,6 @@ class MirrorFlow(AbstractFlow):
         self.scaling = scaling
         self.learning_rate = _checks.positive(learning_rate, "learning_rate")
 
-    def mirror_map(self, model, initial):
-        """``∇Φ(θ)`` on the model's inexact-array leaves (None elsewhere)."""
-        params, params0 = (eqx.filter(m, eqx.is_inexact_array) for m in (model, initial))
-        return jax.tree_util.tree_map(lambda p, p0: self.scaling.gradient(self.potential, p - p0),
-                                      params, params0)
-
     def preconditioner(self, model, initial):
         """``η / Φ''(θ − θ₀)`` entry by entry (the inverse of the diagonal mirror metric)."""
         params, params0 = (eqx.filter(m, eqx.is_inexact_array) for m in (model, initial))

@@ -3,8 +3,10 @@
 
 from collections.abc import Callable
 
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 from jaxtyping import Array, Bool, Float, Int
 
 #: A multiplier system whose solution's contributions to ż (columns scaled to unit size)
@@ -12,6 +14,47 @@ from jaxtyping import Array, Bool, Float, Int
 #: degenerate.
 _DEGENERATE_GROWTH = 1e8
 _DEGENERATE_RESIDUAL = 1e-6
+#: Singular values of a multiplier system (columns scaled to unit size) below this fraction of
+#: its largest count as 0 (`_least_squares`), and so does a pseudo-inverse diagonal entry below
+#: this fraction of the pseudo-inverse's norm. An LU pivot below this fraction of the largest
+#: sends the system to `_least_squares`.
+_RANK_TOLERANCE = 1e-12
+
+
+def _regular(system, rhs):
+    """``S⁻¹ rhs`` and the diagonal of ``S⁻¹`` from one LU factorization per neuron, and
+    whether a pivot is (nearly) 0, i.e. the system may be rank-deficient."""
+    lu, pivots = jsl.lu_factor(system)
+    u = jsl.lu_solve((lu, pivots), rhs[..., None])[..., 0]
+    inverse = jsl.lu_solve((lu, pivots), jnp.broadcast_to(jnp.eye(system.shape[-1],
+                                                                  dtype=system.dtype),
+                                                          system.shape))
+    pivot = jnp.abs(jnp.diagonal(lu, axis1=-2, axis2=-1))
+    small = ~(jnp.min(pivot, axis=-1) > _RANK_TOLERANCE * jnp.max(pivot, axis=-1))
+    return u, jnp.diagonal(inverse, axis1=-2, axis2=-1), small
+
+
+def _least_squares(system, rhs):
+    """The minimal-norm least-squares solution ``S⁺ rhs``, the diagonal of the pseudo-inverse
+    ``S⁺`` (singular values below `_RANK_TOLERANCE` of the largest dropped) and which pairs it
+    leaves neutral: ``(S⁺)ᵢᵢ = 0``, the pair's ż responds to no slope of the system.
+
+    Where sliding constraints are linearly dependent (duplicated examples: identical rows and
+    columns; an example x = 0: a zero row and column, its ż identically 0), the system is
+    singular but consistent (``Σ cᵢ xᵢ = 0`` gives ``Σ cᵢ żᵢ = 0`` for every slope, so the
+    right-hand side has the same dependence), and every solution gives the same field: a null
+    vector v changes the direction by ``Jᵀ u`` with ``J_S Jᵀ u = 0``, hence ``Jᵀ u = 0``. The
+    minimal-norm one splits a duplicated constraint evenly (inside ``[lo, hi]`` whenever any
+    split is) and leaves the slope of an x = 0 pair at the base slope
+    ([THEORY §8.2–8.3][theory-8-2])."""
+    left, values, right_t = jnp.linalg.svd(system)
+    keep = values > _RANK_TOLERANCE * values[..., :1]
+    inverse_values = jnp.where(keep, 1.0 / jnp.where(keep, values, 1.0), 0.0)
+    u = jnp.einsum("...ki,...k,...jk,...j->...i", right_t, inverse_values, left, rhs)
+    diagonal = jnp.einsum("...ki,...k,...ik->...i", right_t, inverse_values, left)
+    neutral = jnp.abs(diagonal) <= _RANK_TOLERANCE * jnp.max(inverse_values, axis=-1,
+                                                             keepdims=True)
+    return u, diagonal, neutral
 
 
 def linear_response(
@@ -50,12 +93,17 @@ def equivalent_control(
     ``ż`` at `base` (n, m) and each neuron's matrix over its examples (m, K, K), as
     `linear_response` does.
 
+    A rank-deficient but consistent system (linearly dependent sliding constraints: duplicated
+    examples, an example x = 0) gets its minimal-norm solution (`_least_squares`).
+
     Returns the slopes, ``ok`` (False when a neuron slides on more than `max_rows` examples or
-    a system is singular: non-finite, large residual or an absurdly large solution) and, per
-    sliding pair, its effective stiffness ``∂żᵢ/∂λᵢ`` with the other sliding pairs of its
-    neuron re-solved (``1/(M⁻¹)ᵢᵢ``, a Schur complement). A slide is attracting when it is
-    negative: then ``λᵢ > hi`` means that even the slope hi pushes ``zᵢ`` up. Zero off the
-    sliding set.
+    a system has no solution: non-finite, large residual or an absurdly large solution) and,
+    per sliding pair, its effective stiffness ``∂żᵢ/∂λᵢ`` with the other sliding pairs of its
+    neuron re-solved (``1/(M⁺)ᵢᵢ``: a Schur complement where M is regular; for a group of
+    duplicated pairs, the group's). A slide is attracting when it is negative: then
+    ``λᵢ > hi`` means that even the slope hi pushes ``zᵢ`` up; neutral when 0 (``(M⁺)ᵢᵢ = 0``:
+    the pair's ż responds to no slope, as for x = 0, so any slope keeps it at its kink).
+    Zero off the sliding set.
     """
     n, m = base.shape
     counts = jnp.sum(sliding, axis=0)  # (m,)
@@ -79,19 +127,35 @@ def equivalent_control(
     column = jnp.where(mask & (column > 0), column, 1.0)
     system = jnp.where(pairs, matrix, eye) / column[:, None, :]
     rhs = jnp.where(mask, -zdot0[index, neuron], 0.0)
-    # One row: a division (see `ibflow._kinks.kinked._system_sizes`).
-    u = (rhs / system[..., 0] if max_rows == 1
-         else jnp.linalg.solve(system, rhs[..., None])[..., 0])
-    delta = u / column
-    residual = jnp.einsum("kij,kj->ki", system, u) - rhs
     scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(base.dtype).tiny
-    ok = ((jnp.max(counts) <= max_rows) & jnp.all(jnp.isfinite(delta))
-          & (jnp.max(jnp.abs(residual)) <= _DEGENERATE_RESIDUAL * scale)
-          & (jnp.max(jnp.abs(u)) <= _DEGENERATE_GROWTH * scale))
+
+    def solved(u):  # per neuron: finite, small residual, no absurd growth
+        residual = jnp.einsum("kij,kj->ki", system, u) - rhs
+        return (jnp.all(jnp.isfinite(u), axis=-1)
+                & (jnp.max(jnp.abs(residual), axis=-1) <= _DEGENERATE_RESIDUAL * scale)
+                & (jnp.max(jnp.abs(u), axis=-1) <= _DEGENERATE_GROWTH * scale))
+
+    if max_rows == 1:
+        # One row: a division (see `ibflow._kinks.kinked._system_sizes`). The scaled entry is
+        # ±1, or 0 for a pair whose ż responds to no slope (x = 0): its pseudo-inverse is 0.
+        entry = system[..., 0]
+        neutral = entry == 0
+        inverse = jnp.where(neutral, 0.0, 1.0 / jnp.where(neutral, 1.0, entry))
+        u = inverse * rhs
+    else:
+        # LU where the system is regular; the minimal-norm least-squares solution (an SVD, ~3×
+        # an LU's cost) only where one may be rank-deficient. The predicate is reduced over a
+        # vmapped batch, so the branch stays a branch instead of a select that runs both.
+        u, inverse, small = _regular(system, rhs)
+        u, inverse, neutral = jax.lax.cond(
+            eqxi.unvmap_any(jnp.any(small | ~solved(u))),
+            lambda: _least_squares(system, rhs),
+            lambda: (u, inverse, jnp.zeros_like(mask)))
+    delta = u / column
+    ok = (jnp.max(counts) <= max_rows) & jnp.all(solved(u)) & jnp.all(jnp.isfinite(delta))
     slopes = base.at[index, neuron].add(jnp.where(mask, delta, 0.0))
-    # (M⁻¹)ᵢᵢ = (S⁻¹)ᵢᵢ / columnᵢ for M = S·diag(column).
-    inverse_diagonal = (1.0 / system[..., 0] if max_rows == 1 else jnp.diagonal(
-        jnp.linalg.inv(system), axis1=1, axis2=2)) / column
+    # (M⁺)ᵢᵢ = (S⁺)ᵢᵢ / columnᵢ for M = S·diag(column); a neutral pair's stiffness is 0.
+    inverse_diagonal = jnp.where(neutral, 1.0, inverse / column)
     stiffness = jnp.zeros_like(base).at[index, neuron].add(
-        jnp.where(mask, 1.0 / inverse_diagonal, 0.0))
+        jnp.where(mask & ~neutral, 1.0 / inverse_diagonal, 0.0))
     return slopes, ok, stiffness

@@ -288,9 +288,10 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             was_sliding, leaves_up, jnp.where(kinked, mode.positive[p], ~mode.positive[p])))
 
         def violation(lam, stiffness, sliding):
-            # A repelling slide (stiffness ≥ 0) goes first; then the multiplier furthest out.
+            # A repelling slide (stiffness > 0) goes first; then the multiplier furthest out. A
+            # neutral one (stiffness 0: its ż responds to no slope, e.g. x = 0) stays.
             outside = jnp.maximum(lo - lam, lam - hi) / self._span()
-            return jnp.where(sliding, jnp.where(stiffness < 0, outside, jnp.inf), -jnp.inf)
+            return jnp.where(sliding, jnp.where(stiffness <= 0, outside, jnp.inf), -jnp.inf)
 
         def cond(carry):
             sliding, positive, lam, ok, stiffness, it = carry
@@ -305,7 +306,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
                 jnp.max(v, axis=0) > _BOX_TOLERANCE)
             # The side the flow leaves to is where ż = stiffness·(bound − λ) points; a
             # repelling pair with λ inside the box keeps the side it arrived from.
-            up = jnp.where(stiffness < 0, lam > hi,
+            up = jnp.where(stiffness <= 0, lam > hi,
                            jnp.where(lam < lo, True, jnp.where(lam > hi, False, positive)))
             positive = jnp.where(leave, up, positive)
             # Once every multiplier is in the box, a pair taken along that would slide goes

@@ -89,7 +89,7 @@ class TwoLayerNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
 
     def has_kinks(self) -> bool:
         return (isinstance(self.activation, AbstractPiecewiseLinearActivation)
-                and not isinstance(self.activation, Identity))
+                and self.activation.kinked)
 
     def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
                            ) -> Float[Array, ""]:

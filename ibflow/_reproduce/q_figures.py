@@ -34,17 +34,18 @@ def run_q_landscape(out: Path, full: bool, progress: bool = False) -> dict:
     W1, W2 = np.meshgrid(grid, grid, indexing="ij")
     points = jnp.stack([W1.ravel(), W2.ravel()], axis=1)
     panels = [(2.0, 0.0), (2.0, 0.2), (2.0, 0.8), (0.01, 0.1), (1.0, 0.1), (2.5, 0.1)]
-    fig, axes = plt.subplots(2, 3, figsize=(12, 8))
+    fig, axes = plt.subplots(2, 3, figsize=(14, 8.5))
     summary = {}
     for ax, (alpha, s) in zip(axes.ravel(), panels):
         Q, w_tilde0 = _neuron_regularizer(alpha, s)
         Z = np.asarray(jax.vmap(Q.value)(points)).reshape(W1.shape)
         # The horizontal axis is w̃₁ here (the original's contour(Z) transposed the axes).
-        ax.contour(W1, W2, Z, levels=30, cmap="viridis")
+        contours = ax.contour(W1, W2, Z, levels=30, cmap="viridis")
         ax.plot(*w_tilde0, "o", color="red", ms=6)
         ax.set_aspect("equal")
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set_xlabel("w̃₁")
+        ax.set_ylabel("w̃₂")
+        fig.colorbar(contours, ax=ax, shrink=0.8, label="Q(w̃)")
         delta = 4 * alpha * s / (1 - s**2)
         ax.set_title(f"α = {alpha}, s = {s} (δ = {delta:.3g})", fontsize=10)
         # Q is minimized over the plane at w̃₀ (∇Q(w̃₀) = 0): a check of the formula.

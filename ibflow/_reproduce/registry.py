@@ -44,8 +44,8 @@ def _table(*entries: Reproduction) -> dict[str, Reproduction]:
 
 
 #: Every reproduction. Times: default settings, a fresh process with an empty compilation
-#: cache on the project's 2-core CPU (measured with `ibflow reproduce NAME` on 2026-11-27,
-#: unless `timing` names another source).
+#: cache on the project's 2-core CPU; `timing` says where each number comes from (None: not
+#: measured yet).
 REPRODUCTIONS: dict[str, Reproduction] = _table(
     Reproduction("stable-rank", "Stable rank and margin spread vs time for the init-σ grid: "
                  "Gaussian mixture (leaky ReLU, ReLU) and digits (docs/theory §4).",
@@ -57,17 +57,19 @@ REPRODUCTIONS: dict[str, Reproduction] = _table(
                  "Bregman variational problem [LM-B]; L∞ error vs width; |h''| distributions.",
                  "mirror:mirror_abs"),
     Reproduction("shape-scale", "Figure 7.1: population error vs scale α for five shapes s",
-                 "shape_scale:run_shape_scale"),
+                 "shape_scale:run_shape_scale", 60, "README: about a minute"),
     Reproduction("shape-scale-map", "dense α × s map of test error and of the ℓ1↔ℓ2 position",
                  "shape_scale:run_shape_scale_map"),
     Reproduction("q-landscape", "Figure 7.2: contours of the single-neuron regularizer Q "
-                 "(d = 2)", "q_figures:run_q_landscape"),
+                 "(d = 2)", "q_figures:run_q_landscape", 17,
+                 "measured: `ibflow reproduce q-landscape`, 2026-11-27"),
     Reproduction("q-vs-flow", "distance between the flow's trajectory and argmin Q over time",
                  "q_figures:run_q_vs_flow"),
     Reproduction("optimize-shape", "learned per-coordinate init shapes vs balanced vs best "
                  "uniform (diagonal net)", "optimize_shape:run_optimize_shape"),
     Reproduction("teacher-student", "ReLU teacher–student (docs/theory §2.8): flow limit vs GD "
-                 "endpoint", "teacher_student:run_teacher_student"),
+                 "endpoint", "teacher_student:run_teacher_student", 61,
+                 "issue 'The first hour' (61 s without output)"),
 )
 
 

@@ -1,5 +1,6 @@
 """The compiled, vmapped, sharded batch runner of a sweep."""
 
+import inspect
 from collections.abc import Callable
 
 import equinox as eqx
@@ -12,7 +13,19 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .. import _checks
 from .._integrate import integrate
 from .._models.base import AbstractPredictorModel
-from .._trace_cache import TraceCache
+from .._status import Status
+
+#: The step budget of a chunk's first pass (`Executor.run`): members that exhaust it are run
+#: again, with the sweep's own budget, in a second and smaller batch, so that a few slow members
+#: do not hold the whole chunk in lockstep. A few more than the typical count of the default
+#: Newton tail (1–6 iterations per member on the Figure 7.1 grid, 3 on average); for a model
+#: whose members all need more steps, the first pass costs at most this many steps of the chunk,
+#: and the executor stops making it after such a chunk.
+FIRST_PASS_STEPS = 8
+#: Chunks with fewer members run in one pass: the second batch would be too small to pay for
+#: the first pass and its own compilation.
+SPLIT_MIN_MEMBERS = 16
+_BUDGET_EXHAUSTED = int(Status.budget_exhausted._value)
 
 
 @eqx.filter_jit
@@ -57,23 +70,55 @@ def traced_options(options: dict, sweepable: tuple[str, ...]) -> dict:
     return {k: convert(k, v) for k, v in options.items()}
 
 
+def _second_batch_size(count: int, size: int, n_devices: int) -> int:
+    """The batch for `count` members run again from a chunk of `size`: the smallest of size,
+    size/4, size/16, … (rounded up to multiples of `n_devices`) that holds them. A few fixed
+    sizes per chunk size, so that second passes compile a bounded number of programs."""
+    best = candidate = size
+    while True:
+        candidate = -(-candidate // 4)
+        candidate = -(-candidate // n_devices) * n_devices
+        if candidate < count or candidate >= best:
+            return best
+        best = candidate
+
+
 class Executor:
     """Runs rounds of chunks: one chunk per device, the member axis sharded over the mesh
     (GSPMD partitions the vmapped solve; data and references are replicated). shard_map would
     give each device its own while loop, but lineax's linear solves inside the implicit phase do
-    not trace under it in this JAX."""
+    not trace under it in this JAX.
+
+    Members of one vmapped batch run in lockstep until the slowest finishes. A chunk of at least
+    `split_min_members` members therefore runs in two passes (`run`): first with a budget of
+    `first_pass_steps` steps, then the members that exhausted it, from the start, with the
+    sweep's budget (``max_steps``) as a smaller batch (`_second_batch_size`). A member finished
+    in the first pass has the record it would have with the full budget (its solve does not
+    depend on the budget it did not reach); a member that exhausts the full budget in the second
+    pass reports ``budget_exhausted``, as in one pass. `second_pass_counts` lists, per `run`,
+    the members run again (0 for a chunk run in one pass)."""
 
     def __init__(self, build: Callable, options: dict, sweepable: tuple[str, ...],
                  option_axes: tuple[str, ...], references: tuple[str, ...], has_test: bool,
-                 devices):
+                 devices, *, first_pass_steps: int | None = None,
+                 split_min_members: int | None = None):
         self.build, self.options = build, traced_options(options, sweepable)
         self.option_axes, self.references, self.has_test = option_axes, references, has_test
         mesh = Mesh(np.array(devices), ("members",))
         self.n_devices = len(devices)
         self._members = NamedSharding(mesh, PartitionSpec("members"))
         self._replicated = NamedSharding(mesh, PartitionSpec())
-        self._batch = TraceCache("ibflow.sweep batch", _integrate_batch, self.build, self.options,
-                                 self.option_axes, self.references, self.has_test)
+        first = FIRST_PASS_STEPS if first_pass_steps is None else first_pass_steps
+        self.split_min_members = (SPLIT_MIN_MEMBERS if split_min_members is None
+                                  else split_min_members)
+        for name, value in (("first_pass_steps", first),
+                            ("split_min_members", self.split_min_members)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {value!r}.")
+        budget = self.options.get("max_steps", _default_max_steps())
+        self._first_options = self.options | {"max_steps": first}
+        self._split = first < budget
+        self.second_pass_counts: list[int] = []
 
     def place(self, dataset: dict[str, np.ndarray], refs: dict[str, np.ndarray]) -> tuple:
         """One data set and its references on every device: copied once per data set, and
@@ -84,11 +129,35 @@ class Executor:
         return jax.device_put((dataset["X"], dataset["y"], X_test, y_test, dict(refs)),
                               self._replicated)
 
+    def _batch(self, params: dict[str, np.ndarray], placed: tuple, options: dict) -> dict:
+        # device_put, not jnp.asarray: that compiles a conversion program per shape and dtype.
+        params = jax.device_put(params, self._members)
+        with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
+            out = _integrate_batch(self.build, options, self.option_axes, self.references,
+                                   self.has_test, params, *placed)
+        return {k: np.array(v) for k, v in out.items()}
+
     def run(self, params: dict[str, np.ndarray], placed: tuple) -> dict[str, np.ndarray]:
         """Integrate the members ``params`` (one flat array per axis) on a data set placed by
-        `place`."""
-        # device_put, not jnp.asarray: that compiles a conversion program per shape and dtype.
-        params = jax.device_put({k: np.asarray(v) for k, v in params.items()}, self._members)
-        with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
-            out = self._batch(params, *placed)
-        return {k: np.asarray(v) for k, v in out.items()}
+        `place`, in one pass or two (see the class)."""
+        params = {k: np.asarray(v) for k, v in params.items()}
+        size = len(next(iter(params.values())))
+        if not self._split or size < self.split_min_members:
+            self.second_pass_counts.append(0)
+            return self._batch(params, placed, self.options)
+        out = self._batch(params, placed, self._first_options)
+        again = np.flatnonzero(out["status"] == _BUDGET_EXHAUSTED)
+        self.second_pass_counts.append(len(again))
+        if 2 * len(again) > size:  # typical members need more: later chunks run in one pass
+            self._split = False
+        if len(again):
+            count = _second_batch_size(len(again), size, self.n_devices)
+            index = np.concatenate([again, np.full(count - len(again), again[-1])])
+            second = self._batch({k: v[index] for k, v in params.items()}, placed, self.options)
+            for k, v in out.items():
+                v[again] = second[k][:len(again)]
+        return out
+
+
+def _default_max_steps() -> int:
+    return inspect.signature(integrate).parameters["max_steps"].default

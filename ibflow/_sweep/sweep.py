@@ -22,6 +22,7 @@ from .._interpolants import min_l1_interpolant, min_l2_interpolant
 from .._kinks.base import AbstractSwitchingDynamics
 from .._losses import SquareLoss
 from .._models.base import AbstractPredictorModel
+from .._progress import bar as _bar
 from ..data._regression import RegressionData
 from . import identity
 from . import plan as _plan
@@ -45,7 +46,7 @@ ACCELERATOR_CHUNK = 2048
 def sweep(
     build: Callable[..., eqx.Module], grid: Grid, data, *, out: str | Path | None = None,
     chunk_size: int | None = None, order: AbstractOrder | None = CostOrder(),
-    references: Sequence[str] = ("min_l1", "min_l2"), progress: bool = True,
+    references: Sequence[str] = ("min_l1", "min_l2"), progress: bool | None = None,
     devices: Sequence[jax.Device] | None = None, **integrate_options,
 ) -> SweepResult:
     """Integrate every member of ``grid`` (× every data set) to its limit in one compiled call.
@@ -80,7 +81,8 @@ def sweep(
     - `order`: a member-ordering strategy (`CostOrder()`: most expensive first by the models'
       `AbstractCostEstimate`; None: grid order). Members are chunked in this order.
     - `references`: distances to record for models with a predictor: ``"min_l1"``, ``"min_l2"``.
-    - `progress`: a progress bar over chunks. `devices`: devices to shard the member axis over
+    - `progress`: a progress bar over chunks on stderr, labelled by the name of `out`; None
+      (default): only when stderr is a terminal. `devices`: devices to shard the member axis over
       (default ``jax.devices()``).
     - `**integrate_options`: every other keyword goes to ``ibflow.integrate`` unchanged. Every
       member gets its own status; one failing member never stops the sweep or changes another
@@ -129,12 +131,13 @@ def sweep(
                         "X_test" in datasets[0], devices)
     refs = [{r: _REFERENCES[r](ds["X"], ds["y"]) for r in references} for ds in datasets]
     if out is None:
-        return _finish(_run(plan, executor, datasets, refs, None, progress), plan, metadata,
+        return _finish(_run(plan, executor, datasets, refs, None, progress, "sweep"), plan, metadata,
                        multi, grid, None)
     store = _store.Store(out)
     with store.locked():
         store.claim(metadata)
-        records = _run(plan, executor, datasets, refs, store, progress)
+        records = _run(plan, executor, datasets, refs, store, progress,
+                       f"sweep {Path(out).name}")
         return _finish(records, plan, metadata, multi, grid, store)
 
 
@@ -300,7 +303,7 @@ def _metadata(plan, devices, multi) -> dict:
     }
 
 
-def _run(plan, executor, datasets, refs, store, progress) -> dict:
+def _run(plan, executor, datasets, refs, store, progress, label) -> dict:
     """Load every verified chunk, compute the others in rounds of one chunk per device (never
     mixing data sets; a short round repeats its last chunk, whose copy is discarded)."""
     records, todo = {}, []
@@ -313,7 +316,7 @@ def _run(plan, executor, datasets, refs, store, progress) -> dict:
         else:
             records[(di, ci)] = rec
     _warn_missing(plan, store, todo, records)
-    bar = _progress(len(plan.work), len(plan.work) - len(todo), progress)
+    bar = _progress(len(plan.work), len(plan.work) - len(todo), progress, label)
     n_dev = executor.n_devices
     for di in range(plan.n_datasets):
         mine = [t for t in todo if t[0] == di]
@@ -383,17 +386,6 @@ def _versions() -> dict[str, str]:
             "diffrax": diffrax.__version__, "equinox": equinox.__version__}
 
 
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total, done, enabled):
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, desc="sweep chunks", unit="chunk", smoothing=0.1)
+def _progress(total, done, enabled, label):
+    """One bar per sweep, labelled by its results directory's name (or "sweep")."""
+    return _bar(total, desc=label, unit="chunk", initial=done, progress=enabled)

@@ -209,27 +209,25 @@ def minimize_regularizer(
     F itself, starts from ν = 0 (that is, from ``w₀``, since ``∇Q(w₀) = 0``); the line search
     is what makes small ``k`` and large ``|δ|`` safe: an overflowing trial point has
     ``F = +inf`` and is rejected ([THEORY §2.3][theory-2-3] solver tip). The Newton systems are
-    solved by lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no minimiser
-    that
-    combines an exact Hessian with a line search (`optx.Newton` is an undamped root finder,
-    `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-12).
+    solved by lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no
+    minimiser that combines an exact Hessian with a line search (`optx.Newton` is an undamped
+    root finder, `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-12).
 
     It stops when every equation holds to ``rtol`` times its roundoff scale
     ``Σⱼ|Xᵢⱼwⱼ| + |bᵢ|``. Jittable and vmappable over `Q`, `X`, `y` (statuses per member).
 
-    Measured behaviour: at n = 10, d = 30, k down to 1e-30 takes 18 steps and 1e-100 about
-    240 (each damped step gains a bounded amount of ``log(1/k)``); at n = 100, d = 1000,
-    α = 1e-3 / 1e-6 / 1e-10 take 7 / 11 / 13 steps (5–25 ms after compilation), but α = 1e-30
-    is not done after 500 steps (relative feasibility 1e-5; status ``budget_exhausted``) — a
-    continuation in k would fix that and is not implemented. The single neuron with strongly
-    negative δ is the hard case: its conjugate ``½(‖u‖² + δ)₊^{3/2}`` is flat on a ball of
-    radius ``sqrt(−δ)`` and the solution sits just outside it, so the dual's curvature changes
-    by orders of magnitude over one Newton step. δ ≈ −400 (α = 10, s = −0.95) converges in about
-    20 steps; δ ≈ −1e4 reaches only ~1e-9 relative feasibility in 500 steps and δ ≈ −1e6 stalls
-    (status ``budget_exhausted``, never a silent answer). A better-conditioned formulation
-    for δ ≪ 0 (e.g. in the radial variable ``t = ‖u‖² + δ``) is left open.
+    Limits of the method: each damped step gains a bounded amount of ``log(1/k)``, so the
+    steps grow like ``log(1/k)`` for very small diagonal-net ``k`` (tiny α), and far enough out
+    the step budget runs out (status ``budget_exhausted``; a continuation in k is not
+    implemented). The single neuron with strongly negative δ is the hard case: its conjugate
+    ``½(‖u‖² + δ)₊^{3/2}`` is flat on a ball of radius ``sqrt(−δ)`` and the solution sits just
+    outside it, so the dual's curvature changes by orders of magnitude over one Newton step; for
+    large ``|δ|`` the method slows and can stall (status ``budget_exhausted``, never a silent
+    answer). A better-conditioned formulation for δ ≪ 0 (e.g. in the radial variable
+    ``t = ‖u‖² + δ``) is left open.
 
-    For `L1Norm` it solves the linear program instead (``ibflow.min_l1_interpolant`` for w,
+    For a polyhedral `Q` (`AbstractLinearProgramRegularizer`, e.g. `L1Norm`) it asks `Q` to
+    solve the linear program (``Q.solve_interpolation``: ``ibflow.min_l1_interpolant`` for w,
     the dual LP for ν); that path runs on the host and is neither jittable nor vmappable.
 
     **Arguments:**

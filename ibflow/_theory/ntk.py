@@ -20,7 +20,7 @@ start).
 When is the flow's limit close to it? When the displacement from ``w̃₀`` is small relative to the
 initialization scale: for a single neuron with targets given relative to the initial outputs
 (``y = X w̃₀ + r``) the error falls like 1/α; with fixed ``y = O(1)`` and a biased start it does
-*not* ([THEORY §2.4][theory-2-4] caveat; measured in ``tests/test_theory_ntk.py``).
+*not* ([THEORY §2.4][theory-2-4] caveat; the tests check both cases).
 """
 
 import equinox as eqx

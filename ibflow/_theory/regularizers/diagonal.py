@@ -29,14 +29,11 @@ class DiagonalNetRegularizer(AbstractLegendreRegularizer):
       ``kᵢ = 4αᵢ(1 + sᵢ²)/(1 − sᵢ²)`` in scale/shape form.
     - `w0`: (d,) the initial predictor ``w(0)`` (zeros for unbiased initialization).
 
-    Limits ([THEORY §2.3][theory-2-3], measured here, tests/test_theory_limits.py): for ``k → ∞``
-        the minimizer
-    approaches that of `ntk_limit` with relative distance ∝ ``k⁻²`` (fitted slopes −2.0 in α at
-    fixed s and 2.0 in ``1 − s`` at fixed α, as ``q_k = x²/2k − x⁴/6k³ + …`` predicts). For
-    ``α → 0`` at fixed s the distance to the min-ℓ1 interpolant falls like a power of α, not
-    logarithmically: ∝ α^0.33 on a 5-sparse problem with n = 20, d = 50 (0.54 … 4.4e-4 for
-    α = 1e-2 … 1e-12); [§2.3][theory-2-3] only states the logarithmic approach of the weights'
-    ratios.
+    Limits ([THEORY §2.3][theory-2-3]): for ``k → ∞`` the minimizer approaches that of
+    `ntk_limit` with relative distance ∝ ``k⁻²``, as ``q_k = x²/2k − x⁴/6k³ + …`` predicts. For
+    ``α → 0`` at fixed s it approaches the min-ℓ1 interpolant; on sparse problems the distance
+    falls like a power of α (the tests fit it), while [§2.3][theory-2-3] only states the
+    logarithmic approach of the weights' ratios.
 
     Build from a model with ``ibflow.implicit_bias(model)``, from scale/shape with
     `from_scale_shape`, or for the tied-weight network ``w = u₊² − u₋²`` with `from_tied`.

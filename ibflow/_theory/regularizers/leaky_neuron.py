@@ -26,17 +26,15 @@ class LeakyNeuronRegularizer(AbstractNeuronRegularizer):
     ``zᵢ`` point towards 0 from both sides. Writing the velocity of ``zᵢ`` as ``c − mᵢ ℓᵢ'(zᵢ)``
     (``c`` from the other examples, ``mᵢ = xᵢᵀMxᵢ > 0``), the one-sided slopes of ``ℓᵢ`` at 0 are
     ``−s·yᵢ·{γ, 1}`` (left/right for s = +1, reversed for s = −1), so an attracting slide needs
-    ``s·yᵢ < 0`` (a convex kink); targets with ``s·yᵢ > 0`` never slide. Measured: n = 10,
-    d = 50, γ = 0.2, α = 1, s = 0.5, targets ``σ(Xw*)``: `integrate` ran out of steps at
-    t ≈ 2.19, loss 2e-3, with ``⟨w̃, x₂⟩ = 6.7e-16`` and ``y₂ = −0.0064`` (a > 0). With generic
-    realizable targets about half of the runs with α ≤ 1 slide (10 of 20 in one sample); lazy
-    runs (α ≥ 2) with a target pattern matching the initial one did not. The theorem itself
+    ``s·yᵢ < 0`` (a convex kink); targets with ``s·yᵢ > 0`` never slide. Slides are common with
+    generic realizable targets and a small initialization; an integrator that steps across the
+    kink runs out of steps there with a pre-activation at roundoff. The theorem itself
     survives sliding: a Filippov velocity uses ``σ'ᵢ ∈ [γ, 1]`` and still keeps
     ``w(t) − w(0) ∈ span{xᵢ}``, consistent with the GD† runs of [§7][theory-7] converging to
     ``argmin Q`` at rate O(step). Restarting at activation-pattern events alone cannot help (a
     slide is a Zeno sequence of crossings); `ibflow.integrate` therefore integrates the Filippov
     (equivalent-control) field while a pre-activation slides (`ibflow._kinks`,
-    [THEORY §8.2][theory-8-2]) and reaches ``argmin Q`` there too (`tests/test_kinks.py`).
+    [THEORY §8.2][theory-8-2]) and reaches ``argmin Q`` there too.
 
     **Fields:** `delta` δ, `anchor` (d,) ``s·w₀``, `slope` γ, `sign` ``s = ±1``.
     """
