@@ -343,7 +343,7 @@ def rows_roofline(ctx: Context) -> list[Row]:
                              f"{ibflow_grid.vector_field_flops(p.n, p.d)} flops/eval"))
     if "default" in r:  # the default sweep: Newton iterations, not integrated steps
         e = r["default"]
-        per = ibflow_grid.newton_iteration_flops(p.n, p.d)
+        per = ibflow_grid.newton_iteration_flops(p.n, p.d, int(e.get("chunk_size", 1)))
         flops = float(np.sum(e["steps"])) * per
         rate = flops / e["timing"].run_s
         ctx.__dict__["default_rate"] = rate

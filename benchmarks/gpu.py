@@ -116,7 +116,7 @@ def run(*, small: bool, chunks: list[int], budget_s: float, cpu_reference: str |
             _say(f"chunk {c}: skipped (budget {budget_s:.0f} s spent)")
             continue
         t, res = run_sweep(X, y, shapes, scales, chunk_size=c, devices=[device], runs=2)
-        flops = float(np.sum(res["steps"])) * newton_iteration_flops(n, d)
+        flops = float(np.sum(res["steps"])) * newton_iteration_flops(n, d, min(c, size))
         g_rate, _ = roofline.matmul_rate(min(c, size), n, d, chained=True, runs=3)
         e = dict(chunk=c, compile_s=t.compile_s, run_s=t.run_s, all_s=t.all_s,
                  flows_per_s=size / t.run_s, useful_flops=flops, useful_rate=flops / t.run_s,

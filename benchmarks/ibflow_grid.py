@@ -91,6 +91,7 @@ def sweep_with(X, y, alphas, shapes, **options):
            for k, src in dict(w="predictor", steps="steps", time="time", loss="loss",
                               status="status").items()}
     out["lockstep_efficiency"] = res.metadata["lockstep_efficiency"]
+    out["chunk_size"] = res.metadata["config"]["chunk_size"]
     return out
 
 
@@ -125,14 +126,21 @@ def vector_field_flops(n: int, d: int) -> int:
     return 4 * n * d + 5 * d + 2 * n
 
 
-def newton_iteration_flops(n: int, d: int) -> int:
+def newton_iteration_flops(n: int, d: int, batch: int = 1) -> int:
     """A lower bound on the floating-point operations of one iteration of the default tail
-    (`ibflow.EquilibriumNewton`) for one member: the closed-form Jacobian
-    ``X diag(P e^ρ + N e^{−ρ}) Xᵀ`` (2n²d, plus its ``ρ = Xᵀν``, 2nd), its Cholesky
-    factorization (n³/3), the two triangular solves of the Newton direction (2n²) and one
-    trial evaluation of the loss and vector field (`vector_field_flops`). Chord steps and
-    step halvings are not counted."""
-    return 2 * n * n * d + 2 * n * d + n**3 // 3 + 2 * n * n + vector_field_flops(n, d)
+    (`ibflow.EquilibriumNewton`) for one member of a vmapped batch of `batch` members: the
+    closed-form Jacobian ``X diag(P e^ρ + N e^{−ρ}) Xᵀ`` (2n²d as a product; n(n+1)d, the
+    upper triangle only, from the pair table that batches of at least `PAIR_TABLE_BATCH`
+    members use when it is small enough, `DiagonalReducedDynamics.newton_table`; plus its
+    ``ρ = Xᵀν``, 2nd), its Cholesky factorization (n³/3), the two triangular solves of the
+    Newton direction (2n²) and one trial evaluation of the loss and vector field
+    (`vector_field_flops`). Chord steps and step halvings are not counted."""
+    from ibflow._dynamics.diagonal import PAIR_TABLE_BATCH, PAIR_TABLE_BYTES
+
+    pairs = n * (n + 1) // 2
+    table = batch >= PAIR_TABLE_BATCH and pairs * d * 8 <= PAIR_TABLE_BYTES
+    jacobian = 2 * pairs * d if table else 2 * n * n * d
+    return jacobian + 2 * n * d + n**3 // 3 + 2 * n * n + vector_field_flops(n, d)
 
 
 def _batched_vector_field(nu, P, N, X, y):
@@ -185,7 +193,8 @@ def run(p: Problem, reference: np.ndarray, *, runs: int):
     t = time_jax(lambda: sweep_with(X, y, p.alphas, p.shapes), runs=1 if p.quick else 5)
     res = t.result
     out["default"] = dict(timing=t, steps=res["steps"], dist=rel_dist(res["w"], reference),
-                          converged=int((res["status"] == 0).sum()))
+                          converged=int((res["status"] == 0).sum()),
+                          chunk_size=res["chunk_size"])
     # --- the grid to GD's loss (1e-10), explicit solver only: gives the flow time T_i that
     # predicts the GD loop's iteration count, and ibflow's time at GD's tolerance ------------
     t = time_jax(lambda: vmap_grid(X, y, p.alphas, p.shapes, target_loss=GD_TARGET,

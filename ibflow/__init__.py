@@ -38,6 +38,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._models.leaky_neuron": ("LeakyReLUNeuron",),
     "._models.linear": ("LinearModel",),
     "._models.two_layer": ("TwoLayerNet",),
+    "._models.mlp": ("MLP",),
     "._activations.base": ("AbstractActivation", "AbstractPiecewiseLinearActivation"),
     "._activations.relu": ("Absolute", "Identity", "LeakyReLU", "ReLU"),
     "._activations.smooth": ("FunctionActivation", "Softplus", "Tanh"),
@@ -69,6 +70,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._tail.equilibrium": ("EquilibriumNewton",),
     "._status": ("Status",),
     "._errors": ("FlowError",),
+    "._certify": ("Certificate", "certify"),
     # Discrete descent (Optax) for comparison
     "._discrete": ("DescentResult", "descend", "mirror_descent"),
     "._classification.descent": ("gradient_descent",),

@@ -11,6 +11,10 @@ so no p × p matrix is formed. Switching dynamics (piecewise-linear models,
 [THEORY §8.2][theory-8-2]) run each phase segment by segment, switch to switch
 (`ibflow._kinks.solve_segments`). One step budget (`max_steps`) covers both phases; a stalled clock
 ends a phase early.
+
+A flow need not interpolate ([THEORY §8.3][theory-8-3]): in parameter space a phase also ends
+where the flow's field vanishes with the loss above its level (`STATIONARY_TOL`); Newton on the
+gradient then finishes the tail to round-off and the status is `Status.stationary`.
 """
 
 import diffrax as dfx
@@ -20,6 +24,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from ._dynamics.base import AbstractDynamics
+from ._dynamics.parameters import ParameterDynamics
 from ._errors import check_result
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.segments import DEFAULT_MAX_SWITCHES, observe_saved, solve_segments
@@ -53,6 +58,53 @@ class SolveOptions(eqx.Module):
     max_switches: Int[Array, ""] | int = DEFAULT_MAX_SWITCHES
     #: also switch to the tail as soon as the explicit phase turns stiff (`StiffnessWatch`)
     watch_stiffness: bool = eqx.field(static=True, default=False)
+
+
+#: A phase ends `Status.stationary` when the flow's unit-speed field ``F = −P∇L`` satisfies
+#: ``‖F‖ ≤ STATIONARY_TOL · ‖F₀‖ · min(1, L/L₀)`` (F₀, L₀: at the flow's start) with the loss
+#: above the phase's level ([THEORY §8.3][theory-8-3]). The factor ``L/L₀`` keeps interpolating
+#: flows out: there ``‖∇L‖ ≳ √L`` (square loss, nondegenerate tangent kernel) or ``∝ L``
+#: (exponential tails), which falls more slowly than ``L`` itself. Relative to the start, a small
+#: initialization's tiny but growing field near the saddle at 0 never triggers it.
+STATIONARY_TOL = 1e-6
+#: Newton iterations at most that polish a stationary end point (each one step of the budget).
+STATIONARY_NEWTON_ITERATIONS = 30
+#: Up to this many state entries Newton uses the dense Hessian (``jax.hessian`` and an
+#: eigendecomposition: a pseudo-inverse, so flat directions are left alone); above it GMRES on
+#: Hessian–vector products (one JVP of the gradient each), no p × p matrix.
+DENSE_HESSIAN_MAX = 2000
+#: Newton's total displacement may be at most this fraction of the distance the flow travelled:
+#: a larger one would leave the flow's basin (another critical point), and the polish is refused.
+STATIONARY_MAX_JUMP = 0.1
+#: Newton steps in a row that do not shrink the gradient before the polish stops.
+STATIONARY_MISSES = 3
+
+
+class _Stationarity(eqx.Module):
+    """The reference of the stationarity test: the flow's field norm and loss at its start."""
+
+    field0: Array
+    loss0: Array
+
+
+def _stationarity(dynamics):
+    """The stationarity reference for dynamics that can end at a non-interpolating stationary
+    point (smooth parameter-space flows: `ParameterDynamics`), else None. Reductions are
+    gradient flows of convex functions (or classifiers with vanishing loss) and keep the one
+    stop of their loss event."""
+    if not isinstance(dynamics, ParameterDynamics) or isinstance(
+            dynamics, AbstractSwitchingDynamics):
+        return None
+    state = dynamics.initial_state()
+    return _Stationarity(field0=jnp.linalg.norm(dynamics.unit_speed_field(state, None)),
+                         loss0=dynamics.loss(state))
+
+
+def _is_stationary(dynamics, reference, state, loss):
+    """The stationarity test of `STATIONARY_TOL` at ``state`` (with its ``loss``)."""
+    field = jnp.linalg.norm(dynamics.unit_speed_field(state, None))
+    fall = jnp.minimum(1.0, loss / reference.loss0)
+    return jnp.isfinite(loss) & (field <= STATIONARY_TOL * reference.field0 * fall)
 
 
 class _Phase(eqx.Module):
@@ -103,12 +155,13 @@ def _observe(dynamics):
 
 
 def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True,
-           kinks=None, saved=None, watch=None, dt0=None):
+           kinks=None, saved=None, watch=None, dt0=None, stationarity=None):
     """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite, or
-    stiff under `watch`: then converged too); for switching dynamics, one per segment between
-    switches (continuing `kinks` and `saved`, and starting with the step `dt0` where it is
-    given and positive). Where ``run`` is false the solve is empty (t1 = t0: no step is
-    taken)."""
+    stiff under `watch`: then converged too), or, with a `stationarity` reference, until the
+    field vanishes above that level (`STATIONARY_TOL`: then `Status.stationary`); for switching
+    dynamics, one per segment between switches (continuing `kinks` and `saved`, and starting
+    with the step `dt0` where it is given and positive). Where ``run`` is false the solve is
+    empty (t1 = t0: no step is taken)."""
     t1 = jnp.where(run, options.t_max, c0)
     if isinstance(dynamics, AbstractSwitchingDynamics):
         mode, report = (None, None) if kinks is None else kinks
@@ -124,14 +177,21 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
     # A start that already meets the stop level (y ≡ 0; a target the initial model fits): the
     # phase is empty and converged. Diffrax's event fires on a crossing, which never comes, so
     # the solve used to run its whole step budget.
-    met = dynamics.loss(state) <= stop_at
-    t1 = jnp.where(met, c0, t1)
+    loss0 = dynamics.loss(state)
+    met = loss0 <= stop_at
+    # A start at a stationary point (all-zero weights of a net: a saddle) never moves.
+    still = (~met & _is_stationary(dynamics, stationarity, state, loss0)
+             if stationarity is not None else jnp.array(False))
+    t1 = jnp.where(met | still, c0, t1)
 
     def stop(c, y, args, **kwargs):
         value = dynamics.loss(y)
         if progress is not None:
             progress.update(value)
-        return (value <= stop_at) | ~jnp.isfinite(value)
+        hit = (value <= stop_at) | ~jnp.isfinite(value)
+        if stationarity is not None:
+            hit = hit | _is_stationary(dynamics, stationarity, y, value)
+        return hit
 
     subs = [dfx.SubSaveAt(t1=True)]
     if options.save_at is not None:
@@ -148,12 +208,71 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
     last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
     status = Status.where(sol.controller_state.stiff | met, Status.converged,
                           _phase_status(sol.result))
+    if stationarity is not None:
+        value = dynamics.loss(last)
+        at_rest = (sol.result == dfx.RESULTS.event_occurred) & ~(value <= stop_at) & (
+            _is_stationary(dynamics, stationarity, last, value))
+        status = Status.where(still | at_rest, Status.stationary, status)
     return _Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
                   accepted=sol.stats["num_accepted_steps"], status=status,
                   saved=sol.ys[1] if options.save_at is not None else None)
 
 
-def _tail_phase(dynamics, tail, first, *, budget, options, progress):
+def _newton_direction(loss, state, grad):
+    """The Newton step ``−H⁺∇L`` at ``state`` (H the loss's Hessian in the state): the dense
+    pseudo-inverse (eigenvalues below 1e-10 of the largest are treated as 0: the flat
+    directions of rescaling symmetries, and a time-warped flow's time entry) up to
+    `DENSE_HESSIAN_MAX` entries, else GMRES on Hessian–vector products."""
+    if state.shape[0] <= DENSE_HESSIAN_MAX:
+        values, vectors = jnp.linalg.eigh(jax.hessian(loss)(state))
+        cut = 1e-10 * jnp.max(jnp.abs(values))
+        inverse = jnp.where(jnp.abs(values) > cut, 1.0 / jnp.where(values == 0, 1.0, values),
+                            0.0)
+        return -vectors @ (inverse * (vectors.T @ grad))
+    _, hvp = jax.linearize(jax.grad(loss), state)
+    step, _ = jax.scipy.sparse.linalg.gmres(hvp, grad, tol=1e-14, restart=50, maxiter=4)
+    return -step
+
+
+def _stationary_newton(dynamics, state, start, run, budget):
+    """Polish a stationary end point: Newton on ``∇L = 0`` from the flow's `state`, where `run`
+    ([THEORY §8.3][theory-8-3]). Near a critical point the flow's field is ``−H(θ − θ*)``, so
+    Newton, started in its basin, converges quadratically to the flow's own limit. Each step
+    must not raise the loss (beyond round-off: the flow only descends to its limit) and must
+    keep the total displacement within `STATIONARY_MAX_JUMP` of the distance travelled from
+    `start` (else Newton heads for another critical point and stops). The iterate with the
+    smallest gradient is returned; the loop ends after `STATIONARY_MISSES` steps in a row that
+    do not improve it (the round-off floor). Runs on stopped values; derivatives pass through
+    as those of the flow's end point. Returns ``(state, iterations)``."""
+    loss = dynamics.loss
+    x = jax.lax.stop_gradient(state)
+    reach = STATIONARY_MAX_JUMP * jnp.linalg.norm(x - jax.lax.stop_gradient(start))
+    limit = jnp.minimum(budget, STATIONARY_NEWTON_ITERATIONS)
+    slack = 64 * jnp.finfo(x.dtype).eps
+
+    def body(c):
+        y, value, grad, best, best_norm, count, misses, _ = c
+        trial = y + _newton_direction(loss, y, grad)
+        trial_value, trial_grad = jax.value_and_grad(loss)(trial)
+        trial_norm = jnp.linalg.norm(trial_grad)
+        ok = (jnp.isfinite(trial_value) & (trial_value <= value + slack * jnp.abs(value))
+              & (jnp.linalg.norm(trial - x) <= reach))
+        better = ok & (trial_norm < best_norm)
+        misses = jnp.where(better, 0, misses + 1)
+        go = ok & (misses < STATIONARY_MISSES) & (count + 1 < limit)
+        return (jnp.where(ok, trial, y), jnp.where(ok, trial_value, value),
+                jnp.where(ok, trial_grad, grad), jnp.where(better, trial, best),
+                jnp.where(better, trial_norm, best_norm), count + 1, misses, go)
+
+    value, grad = jax.value_and_grad(loss)(x)
+    zero = jnp.zeros((), jnp.asarray(budget).dtype)
+    _, _, _, best, _, count, _, _ = jax.lax.while_loop(
+        lambda c: c[-1], body,
+        (x, value, grad, x, jnp.linalg.norm(grad), zero, zero, run & (limit > 0)))
+    return state + jax.lax.stop_gradient(best - x), count
+
+
+def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarity=None):
     """The second phase from where the first stopped: Newton to the equilibrium
     (`EquilibriumNewton`), or the implicit Runge–Kutta tail with the structured root finder.
     It runs only where the first phase stopped at its level and above the target: a target at
@@ -178,7 +297,7 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress):
     return _phase(dynamics, _with_structured_root_finder(tail, dynamics), first.state,
                   first.clock, stop_at=options.target_loss, budget=budget, options=options,
                   progress=progress, run=run, kinks=first.kinks, saved=first.saved,
-                  dt0=first.proposed_dt)
+                  dt0=first.proposed_dt, stationarity=stationarity)
 
 
 def _merge_saved(save_at, first, second, c_switch):
@@ -212,14 +331,15 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     watch = None
     if options.watch_stiffness and tail is not None and not isinstance(tail, EquilibriumNewton):
         watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
+    stationarity = _stationarity(dynamics)
     phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
                    stop_at=first_stop, budget=budget, options=options, progress=progress,
-                   watch=watch, dt0=options.dt0)
+                   watch=watch, dt0=options.dt0, stationarity=stationarity)
     steps, accepted, status, saved = phase.steps, phase.accepted, phase.status, phase.saved
     if tail is not None:
         first = phase
         phase = _tail_phase(dynamics, tail, first, budget=budget - first.steps,
-                            options=options, progress=progress)
+                            options=options, progress=progress, stationarity=stationarity)
         steps, accepted = steps + phase.steps, accepted + phase.accepted
         # A first phase that failed, stalled or ran out of budget decides the outcome.
         status = Status.where(first.status == Status.converged, phase.status, first.status)
@@ -227,6 +347,14 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
             saved = _merge_saved(options.save_at, first.saved, phase.saved, first.clock)
         elif saved is not None:
             saved = phase.saved
+    if stationarity is not None:
+        # The limit of a flow that stops at a stationary point lies at t = ∞ (as Newton's).
+        polish = status == Status.stationary
+        state, iterations = _stationary_newton(dynamics, phase.state, dynamics.initial_state(),
+                                               polish, budget - steps)
+        steps, accepted = steps + iterations, accepted + iterations
+        phase = eqx.tree_at(lambda p: (p.state, p.clock), phase,
+                            (state, jnp.where(polish & (iterations > 0), jnp.inf, phase.clock)))
     if progress is not None:
         progress.close(steps)  # the bar ends on the step count `Solution.steps` reports
     if saved is not None and phase.kinks is not None:

@@ -6,6 +6,7 @@ from typing import Literal
 
 import diffrax as dfx
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -216,6 +217,35 @@ def _predictor(model):
 _SHAPES: dict = {}
 
 
+def _output_scale(model, X):
+    """``½‖θ‖² · mean_i ‖∇_θ f(xᵢ; θ)‖²`` over the trained parameters θ of `model`: the squared
+    size of the outputs the parameters make before any cancellation between them
+    (``|⟨θ, ∇_θ f⟩| ≤ ‖θ‖‖∇_θ f‖``; a positively homogeneous f of degree k has
+    ``⟨θ, ∇_θ f⟩ = k f``). Round-off in the outputs is ~1e-16 of that size."""
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    grads = jax.vmap(jax.grad(lambda p, x: eqx.combine(p, static)(x)), in_axes=(None, 0))(
+        params, X)
+    size = sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params))
+    per_example = sum(jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1)
+                      for g in jax.tree_util.tree_leaves(grads))
+    return 0.5 * size * jnp.mean(per_example)
+
+
+def _positive_scale(loss_scale, model, X):
+    """The loss scale of the default target and of the tail's switch level: ``mean(y²)/2``, the
+    loss of the zero predictor, or where that is 0 (y ≡ 0) `_output_scale`. A scale of 0 made
+    the default target 0, which round-off in the outputs keeps out of reach (a diagonal net
+    from `DiagonalNet.from_scale_shape` starts at a loss of ~4e-36, not 0, under jit: the
+    fused ``u₊v₊ − u₋v₋`` rounds once): the solve ran its whole step budget. Under a trace
+    (y traced) the branch is a `lax.cond` whose predicate is reduced over any vmapped batch,
+    so `_output_scale` runs only where some member has y ≡ 0."""
+    if not _checks.is_traced(loss_scale):
+        return loss_scale if loss_scale > 0 else _output_scale(model, X)
+    return jax.lax.cond(eqxi.unvmap_any(loss_scale == 0),
+                        lambda: jnp.where(loss_scale == 0, _output_scale(model, X), loss_scale),
+                        lambda: loss_scale)
+
+
 #: The default tails, built once (an Equinox module's construction is ~50 µs of Python: a tenth
 #: of `integrate`'s own overhead on a small problem).
 _KVAERNO4, _KVAERNO5 = dfx.Kvaerno4(), dfx.Kvaerno5()
@@ -290,7 +320,9 @@ def integrate(
     - `X`, `y`: data, shapes (n, d) and (n,), finite.
     - `flow`: the geometry (`GradientFlow()`, `MirrorFlow`, `WarpedFlow`, `LossClock`).
       `loss`: `SquareLoss()` etc.
-    - `target_loss`: convergence threshold ≥ 0; default ``1e-24 · mean(y²)/2``.
+    - `target_loss`: convergence threshold ≥ 0; default ``1e-24 · mean(y²)/2``, and for
+      y ≡ 0 ``1e-24 · ½‖θ₀‖² mean_i ‖∇_θ f(xᵢ; θ₀)‖²`` (the start's outputs without
+      cancellation; the tail's switch level uses the same scale).
     - `rtol` > 0, `atol` ≥ 0: the step-size controller's tolerances, i.e. the accuracy of the
       path. `solver`: any adaptive Diffrax solver for the first phase. Default (None): 1e-10 and
       1e-14; with the Newton tail (`EquilibriumNewton`, see below) 1e-6 and 1e-10, because the
@@ -370,6 +402,7 @@ def integrate(
         raise ValueError(f"y is too large for float64: mean(y²)/2 overflows (max |y| = "
                          f"{float(np.max(np.abs(np.asarray(y)))):.3g}); rescale y.")
     default_target = target_loss is None
+    loss_scale = _positive_scale(loss_scale, model, X)
     if target_loss is None:
         target_loss = DEFAULT_RELATIVE_TARGET * loss_scale
     if save_at is not None:

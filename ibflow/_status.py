@@ -14,7 +14,13 @@ import jax.numpy as jnp
 
 class Status(eqx.Enumeration):
     """Outcome of one computation; ``Status[x]`` gives the message, ``x == Status.converged``
-    tests it."""
+    tests it.
+
+    ``stationary`` is a second way for a flow to end at its limit: the flow's field fell below
+    ``1e-6`` of its initial size (scaled by the loss's fall, so an interpolating flow never
+    triggers it) while the loss stayed above the target; the end point is then polished by
+    Newton on the gradient. It is not a failure: the limit of the flow is found, it just does
+    not interpolate. ``ibflow.certify`` tells a minimum from a saddle there."""
 
     converged = "the result met its criterion (a flow: the loss reached its target)"
     budget_exhausted = "the step, iteration or time budget ran out before the criterion was met"
@@ -26,6 +32,9 @@ class Status(eqx.Enumeration):
     unresolved_switching = "activation patterns switched more often than the switch budget allows"
     degenerate_sliding = "the sliding-mode (Filippov) multiplier system was singular or infeasible"
     not_computed = "no result: the computation was not run (e.g. a sweep cell not yet done)"
+    # Appended last: stored codes (sweep files) keep their meaning.
+    stationary = ("the flow reached a stationary point with loss above the target (its field "
+                  "vanished: a spurious minimum or a saddle; see ibflow.certify)")
 
 
 #: Item names in code order (code = position), for files written without ibflow (sweep results).

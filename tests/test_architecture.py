@@ -22,11 +22,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "ibflow"
 #: import only modules of its own layer or of lower ones.
 LAYERS = (
     # 0. foundations: validation, status, the result base, leaf helpers and small strategy
-    #    families that know no model (activations, potentials, losses), data sets.
+    #    families that know no model (activations, potentials, losses).
     ("ibflow._checks", "ibflow._status", "ibflow._errors", "ibflow._result",
      "ibflow._interpolants", "ibflow._activations", "ibflow._potentials", "ibflow._losses",
-     "ibflow._progress", "ibflow._cache", "ibflow._trace_cache", "ibflow._models._init",
-     "ibflow.data"),
+     "ibflow._progress", "ibflow._cache", "ibflow._trace_cache", "ibflow._models._init"),
     # 1. pieces a model or a dynamics is built from: flows (geometries), regularizers, metric
     #    fields, the tail's structured Jacobians, step budgets and stiffness estimates.
     ("ibflow._flows", "ibflow._theory.regularizers", "ibflow._theory.metrics",
@@ -40,8 +39,8 @@ LAYERS = (
     ("ibflow._models",),
     # 5. tasks that ask models for capabilities: formulations, the engine and its tail, the flow
     #    entry points, the theory's solvers, variational limits, descent, differentiable limits,
-    #    classification.
-    ("ibflow._formulation", "ibflow._solution", "ibflow._engine", "ibflow._tail",
+    #    classification; data sets (a synthetic set may label by a teacher model).
+    ("ibflow.data", "ibflow._formulation", "ibflow._solution", "ibflow._engine", "ibflow._tail",
      "ibflow._integrate", "ibflow._theory", "ibflow._variational", "ibflow._discrete",
      "ibflow._differentiable", "ibflow._classification"),
     # 6. orchestration and the public surface.
@@ -65,13 +64,12 @@ PENDING = {
     ("layer docstring", "ibflow._reproduce", ""),
     ("layer docstring", "ibflow.data", ""),
     ("isinstance", "ibflow._engine", "EquilibriumNewton"),
+    ("isinstance", "ibflow._engine", "ParameterDynamics"),
     ("isinstance", "ibflow._integrate", "EquilibriumNewton"),
     ("isinstance", "ibflow._cli", "LeakyReLUNeuron"),
     ("isinstance", "ibflow._cli", "FullyConnectedNet"),
     ("isinstance", "ibflow._sweep.sweep", "Grid"),
     ("isinstance", "ibflow._sweep.sweep", "RegressionData"),
-    ("isinstance", "ibflow._classification.flow", "TwoLayerClassifier"),
-    ("isinstance", "ibflow._classification.descent", "TwoLayerClassifier"),
 }
 
 

@@ -85,9 +85,11 @@ def _check_work_precision(tmp_path, stdout):
     assert len(default) == 1 and default[0][0] == "ibflow.sweep" and float(default[0][4]) < 1e-8
     ratios = [r for r in table if len(r) == 7 and r[0] != "max error ≤"]
     assert [r[0] for r in ratios] == ["1e-04", "1e-06", "1e-08", "1e-10"]
-    # Two processes, one cache directory: the second loads the traced sweep instead of tracing.
+    # Two processes, one cache directory: each traces the sweep's batch (traced programs are not
+    # kept across processes: ibflow/_trace_cache.py), the second loads its compiled programs
+    # from JAX's persistent compilation cache instead of compiling them.
     processes = {r[0]: r for r in table if len(r) == 6 and r[0] in ("first", "second")}
-    assert processes["first"][4] == "yes" and processes["second"][4] == "no (loaded)"
+    assert processes["first"][4] == "yes" and int(processes["second"][5]) > 0
     assert "Second process first call / warm call:" in md
 
 

@@ -17,8 +17,17 @@ import numpy as np
 import pytest
 
 import ibflow
-from ibflow._models._init import layer_norms
-from ibflow._models.leaky_neuron import leaky_relu
+
+
+def layer_norms(alpha, shape):
+    """The authors' parametrization ([THEORY AZ-7.1][theory-az-7-1]), written here from the
+    theory: ``(sqrt(α(1+s)/(1−s)), sqrt(α(1−s)/(1+s)))``, product α and relative gap s."""
+    return jnp.sqrt(alpha * (1 + shape) / (1 - shape)), jnp.sqrt(alpha * (1 - shape) / (1 + shape))
+
+
+def leaky_relu(z, slope):
+    return jnp.where(z >= 0, z, slope * z)
+
 
 N, D = 6, 15
 TOL = 1e-6

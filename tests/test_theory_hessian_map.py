@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ibflow
-from ibflow._theory.hessian_map import (
+from ibflow import (
     DiagonalInverseMetric,
     NeuronInverseMetric,
     hessian_map_asymmetry,

@@ -160,3 +160,66 @@ def test_ill_posed_problems_raise(getkey):
     assert not bool(out.converged)
     with pytest.raises(Exception, match="did not converge"):
         jax.jit(lambda X: ibflow.minimize_regularizer(Q, X, y).w)(zero_row)
+
+
+# -- a polyhedral regularizer of one's own (the linear-program capability) ------------------------
+from ibflow._theory.regularizers.base import AbstractLinearProgramRegularizer  # noqa: E402
+
+
+class _WeightedL1(AbstractLinearProgramRegularizer):
+    """``Q(w) = Σ cᵢ|wᵢ|``, solved by rescaling to `L1Norm` (``v = c∘w``)."""
+
+    weights: jax.Array
+
+    def value(self, w):
+        return jnp.sum(self.weights * jnp.abs(w))
+
+    def grad(self, w):
+        return self.weights * jnp.sign(w)
+
+    def interpolation_targets(self, y):
+        return y
+
+    def solve_interpolation(self, X, b):
+        c = np.asarray(self.weights)
+        v, nu, stationarity = ibflow.L1Norm().solve_interpolation(X / c, b)
+        return v / c, nu, stationarity
+
+
+def test_a_linear_program_regularizer_of_ones_own(getkey):
+    """`minimize_regularizer` asks the regularizer to solve its LP; checked against scipy's
+    LP on the weighted problem written directly (``w = p − q``, ``min Σ c(p + q)``)."""
+    X, b = _problem(getkey(), 4, 9)
+    c = np.asarray(0.5 + jax.random.uniform(getkey(), (9,)))
+    out = ibflow.minimize_regularizer(_WeightedL1(jnp.asarray(c)), X, b)
+    X_, b_ = np.asarray(X), np.asarray(b)
+    ref = scipy.optimize.linprog(np.concatenate([c, c]), A_eq=np.hstack([X_, -X_]), b_eq=b_,
+                                 bounds=(0, None), method="highs")
+    w_ref = ref.x[:9] - ref.x[9:]
+    np.testing.assert_allclose(out.w, w_ref, atol=1e-8)
+    np.testing.assert_allclose(float(jnp.sum(c * jnp.abs(out.w))), ref.fun, rtol=1e-10)
+    # Dual certificate: Xᵀν = c∘sign(w) on the support, |Xᵀν| ≤ c everywhere.
+    corr = X_.T @ np.asarray(out.nu)
+    assert np.all(np.abs(corr) <= c * (1 + 1e-8))
+    support = np.abs(np.asarray(out.w)) > 1e-9
+    np.testing.assert_allclose(corr[support], c[support] * np.sign(out.w[support]), atol=1e-8)
+
+
+def test_result_base_converged_and_summary_for_a_batch(getkey):
+    """Every result type extends one base: `converged` is ``status == converged`` per member and
+    the summary counts the members by status."""
+    from ibflow._result import AbstractResult
+
+    X, y = _problem(getkey(), 5, 12)
+    Qs = jax.vmap(lambda a: ibflow.DiagonalNetRegularizer.from_scale_shape(a, 0.0, dim=12))(
+        jnp.array([1.0, 1e-30]))
+    out = jax.vmap(lambda Q: ibflow.minimize_regularizer(Q, X, y, max_steps=5, throw=False))(Qs)
+    assert isinstance(out, AbstractResult)
+    np.testing.assert_array_equal(out.converged, [True, False])
+    summary = out.summary()
+    assert summary.startswith("RegularizerMinimum(") and "converged: 1" in summary
+    assert "budget_exhausted: 1" in summary
+    for name in ["Solution", "RegularizerMinimum", "DescentResult", "LimitPoint",
+                 "ShapeOptimization", "VariationalSolution"]:
+        assert issubclass(getattr(ibflow, name), AbstractResult), name
+        assert "converged" not in vars(getattr(ibflow, name)), name  # inherited, not copied

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ibflow
-from ibflow._theory.ntk import ntk_outputs, ntk_predictor, ntk_rkhs_norm, tangent_kernel
+from ibflow import ntk_outputs, ntk_predictor, ntk_rkhs_norm, tangent_kernel
 
 
 def _stack(models):

@@ -194,3 +194,64 @@ def test_implicit_bias_vmaps_over_models(getkey):
     Q = eqx.filter_vmap(ibflow.implicit_bias)(models)
     assert Q.k.shape == (2, D)
     assert np.allclose(Q.k[:, 0], 4 * jnp.array([0.1, 1.0]) * (1 + 0.09) / (1 - 0.09))
+
+
+# -- theory as a capability: a model of one's own brings its regularizer --------------------------
+# (The capability classes are imported from their modules until ibflow re-exports them.)
+from ibflow._models.base import AbstractImplicitBiasModel, AbstractLinearModel  # noqa: E402
+
+from .helpers import every_model  # noqa: E402
+
+
+class _TiedDiagonal(AbstractLinearModel, AbstractImplicitBiasModel):
+    """A model written outside ibflow: the tied diagonal net ``w = u₊² − u₋²`` (Woodworth et
+    al. 2020), which offers its regularizer without any edit to ibflow."""
+
+    u_plus: jax.Array
+    u_minus: jax.Array
+
+    def predictor(self):
+        return self.u_plus**2 - self.u_minus**2
+
+    def implicit_bias(self, *, final_sign=None):
+        return ibflow.DiagonalNetRegularizer.from_tied(self.u_plus, self.u_minus)
+
+    def implicit_bias_sign(self):
+        return None
+
+
+def test_a_model_of_ones_own_brings_its_implicit_bias(getkey):
+    """`implicit_bias` asks the model, so a new model needs no edit of ibflow; the regularizer's
+    minimizer is checked against the flow itself (an independent computation: the parameters'
+    ODE integrated to convergence)."""
+    X = jax.random.normal(getkey(), (3, 6))
+    y = X @ jax.random.normal(getkey(), (6,))
+    model = _TiedDiagonal(0.5 + 0.3 * jax.random.uniform(getkey(), (6,)),
+                          0.5 + 0.3 * jax.random.uniform(getkey(), (6,)))
+    Q = ibflow.implicit_bias(model)
+    limit = ibflow.minimize_regularizer(Q, X, y).w
+    flow = ibflow.integrate(model, X, y, rtol=1e-10, atol=1e-12, target_loss=1e-24)
+    assert bool(flow.converged)
+    np.testing.assert_allclose(flow.model.predictor(), limit, rtol=1e-5, atol=1e-7)
+    # The same model without the capability is refused by name.
+    with pytest.raises(ibflow.NoExactRegularizer, match="AbstractImplicitBiasModel"):
+        ibflow.implicit_bias(ibflow.LinearModel(jnp.ones(6)))
+
+
+def test_every_model_either_offers_a_regularizer_or_is_refused():
+    capable = set()
+    for name, (model, *_) in every_model(jax.random.key(0)).items():
+        if not isinstance(model, ibflow.AbstractModel):  # a plain Equinox module
+            with pytest.raises(ValueError, match="must be an ibflow model"):
+                ibflow.implicit_bias(model)
+            continue
+        try:
+            Q = ibflow.implicit_bias(model, final_sign=(
+                model.implicit_bias_sign() if isinstance(model, AbstractImplicitBiasModel)
+                else None))
+        except ibflow.NoExactRegularizer:
+            continue
+        assert isinstance(Q, ibflow.AbstractRegularizer)
+        capable.add(name)
+    # The fully connected net of every_model has width 2: capable class, no exact regularizer.
+    assert capable == {"diagonal", "leaky-neuron"}

@@ -11,7 +11,7 @@ from jaxtyping import ArrayLike, Float
 from .. import _checks
 from .._discrete import DescentResult, descent_loop, descent_result
 from .._losses import AbstractLoss, LogisticLoss
-from .._models.classifier import TwoLayerClassifier
+from .._models.base import AbstractModel
 from .._solution import Trajectory
 
 
@@ -35,7 +35,7 @@ def _descend(model, X, y, loss_fn, learning_rate, num_saves, save_every):
 
 
 def gradient_descent(
-    model: TwoLayerClassifier, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
+    model: AbstractModel, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     learning_rate: Float[ArrayLike, ""] = 1e-4, num_steps: int = 5000, save_every: int = 100,
     loss: AbstractLoss = LogisticLoss(),
 ) -> DescentResult:
@@ -49,8 +49,9 @@ def gradient_descent(
     gradient and stay put. `learning_rate` is traced (a sweep over η
     compiles once); the seed's Gaussian-mixture run is η = 1e-4, 5000 steps.
     """
-    if not isinstance(model, TwoLayerClassifier):
-        raise ValueError(f"model must be a TwoLayerClassifier; got {type(model).__name__}.")
+    if not isinstance(model, AbstractModel):
+        raise ValueError(f"model must be an ibflow model (e.g. TwoLayerClassifier); got "
+                         f"{type(model).__name__}.")
     X, y = _checks.data(X, y)
     num_steps, save_every = _checks.width(num_steps, "num_steps"), _checks.width(save_every,
                                                                                   "save_every")

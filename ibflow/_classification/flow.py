@@ -13,6 +13,7 @@ time ``t ~ 1/L`` to reach loss L; in the log-loss clock the velocity stays O(1) 
 """
 
 import diffrax as dfx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
@@ -25,12 +26,27 @@ from .._flows.loss_clock import LossClock
 from .._formulation import Reduction
 from .._kinks.segments import DEFAULT_MAX_SWITCHES
 from .._losses import AbstractLoss, LogisticLoss
-from .._models.classifier import TwoLayerClassifier
+from .._models.base import AbstractReducibleModel
+from .._models.piecewise_linear import AbstractPiecewiseLinearModel
 from .._solution import Solution
 
 
+def _neurons(model, X) -> int:
+    """The number of kinked units per example (pre-activations of a piecewise-linear model, 0
+    otherwise), after checking that the model takes the rows of `X`."""
+    row = jax.ShapeDtypeStruct(X.shape[1:], X.dtype)
+    try:
+        jax.eval_shape(model, row)
+        pre = (jax.eval_shape(model.preactivations, row)
+               if isinstance(model, AbstractPiecewiseLinearModel) else None)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the model's input dimension does not match X's {X.shape[1]} columns "
+                         f"({error}).") from error
+    return 0 if pre is None else int(pre.shape[0])
+
+
 def classification_flow(
-    model: TwoLayerClassifier, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
+    model: AbstractReducibleModel, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"], *,
     flow: AbstractFlow | None = None,
     loss: AbstractLoss = LogisticLoss(), target_loss: Float[ArrayLike, ""] = 1e-6,
     save_at: Float[ArrayLike, " T"] | None = None, num_save: int = 64,
@@ -43,7 +59,9 @@ def classification_flow(
     through the one engine, returning the one `Solution` type (with a `Trajectory` of models).
 
     **Arguments:**
-    - `model`: the initialization (`TwoLayerClassifier`); `X` (n, d), `y` (n,) with labels ±1.
+    - `model`: the initialization: a model with a closed-form reduction for this flow and loss
+      (`AbstractReducibleModel`: the `TwoLayerClassifier`'s span coordinates); `X` (n, d), `y`
+      (n,) with labels ±1.
     - `flow`: the clock as a flow: `LossClock(GradientFlow())` (default), `WarpedFlow(...)` or
       `GradientFlow()`.
     - `loss`: `LogisticLoss()` or `ExponentialLoss()` (mean over examples).
@@ -71,8 +89,9 @@ def classification_flow(
     its segments in lockstep (every member waits for the others' events): loop over members
     with one ``equinox.filter_jit``-compiled call for many kinked flows.
     """
-    if not isinstance(model, TwoLayerClassifier):
-        raise ValueError(f"model must be a TwoLayerClassifier; got {type(model).__name__}.")
+    if not isinstance(model, AbstractReducibleModel):
+        raise ValueError(f"model must offer a closed-form reduction (AbstractReducibleModel, "
+                         f"e.g. TwoLayerClassifier); got {type(model).__name__}.")
     flow = LossClock(GradientFlow()) if flow is None else flow
     if not isinstance(flow, AbstractFlow):
         raise ValueError(f"flow must be an ibflow flow, e.g. LossClock(GradientFlow()); got "
@@ -80,9 +99,7 @@ def classification_flow(
     if not isinstance(loss, AbstractLoss):
         raise ValueError("loss must be an ibflow loss, e.g. LogisticLoss().")
     X, y = _checks.data(X, y)
-    if model.first.shape[-1] != X.shape[1]:
-        raise ValueError(f"the model has input dimension {model.first.shape[-1]} but X has "
-                         f"{X.shape[1]} columns.")
+    neurons = _neurons(model, X)
     if not _checks.is_traced(y) and not bool(np.all(np.abs(np.asarray(y)) == 1)):
         raise ValueError("classification labels y must be -1 or +1.")
     target_loss = _checks.positive(_checks.as_array(target_loss, float), "target_loss")
@@ -110,6 +127,6 @@ def classification_flow(
         save_at=save_at, solver=solver, stiff_solver=None,
         adjoint=dfx.RecursiveCheckpointAdjoint(), max_steps=int(max_steps), throw=throw,
         progress=False, max_switches=_checks.switch_budget(
-            max(DEFAULT_MAX_SWITCHES, 4 * X.shape[0] * model.first.shape[-2])
+            max(DEFAULT_MAX_SWITCHES, 4 * X.shape[0] * neurons)
             if max_switches is None else max_switches))
     return solve(dynamics, options)

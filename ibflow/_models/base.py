@@ -82,6 +82,12 @@ class AbstractImplicitBiasModel(AbstractModel):
         regularizer depends on it (else None, and a ``ValueError`` when given). Raises
         `NoExactRegularizer` where this instance has none (e.g. several hidden neurons)."""
 
+    @abc.abstractmethod
+    def implicit_bias_sign(self) -> Float[Array, ""] | None:
+        """Read off ``self`` as the model at the *end* of training: the `final_sign` to pass to
+        `implicit_bias` of the initialization (the sign of the second layer), or None where the
+        regularizer does not depend on it."""
+
 
 class AbstractMetricFieldModel(AbstractPredictorModel):
     """A model whose predictor-space inverse metric ``J Jᵀ`` is a closed-form function of the

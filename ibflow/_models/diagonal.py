@@ -90,6 +90,9 @@ class DiagonalNet(AbstractLinearModel, AbstractInvariantModel, AbstractReducible
         p, m = self.exp_coefficients()
         return DiagonalNetRegularizer.from_exp_coefficients(p, m, self.predictor())
 
+    def implicit_bias_sign(self) -> None:
+        return None
+
     def inverse_metric_field(self) -> DiagonalInverseMetric:
         """``M(w) = diag(sqrt(4w² + k²))`` with the conserved ``k = 4 sqrt(P N)``
         ([THEORY §2.3][theory-2-3], [AZ-A][theory-az-a])."""

@@ -95,6 +95,10 @@ class FullyConnectedNet(AbstractLinearModel, AbstractInvariantModel, AbstractImp
         sign = checked_final_sign(a0, w0, final_sign)
         return SingleNeuronRegularizer(delta=a0**2 - jnp.sum(w0**2), anchor=sign * w0)
 
+    def implicit_bias_sign(self) -> Float[Array, ""] | None:
+        """``sign(a)`` for a single neuron, None for several (no exact regularizer)."""
+        return jnp.sign(self.second[0]) if self.second.shape == (1,) else None
+
     def inverse_metric_field(self) -> NeuronInverseMetric:
         """Width 1: ``M(w̃) = a² I + w̃w̃ᵀ/a²`` with the conserved ``δ = a² − ‖w‖²``
         ([THEORY §2.4][theory-2-4]); a ``ValueError`` for several neurons ([§2.6][theory-2-6])."""

@@ -68,6 +68,10 @@ class LeakyReLUNeuron(AbstractMetricFieldModel, AbstractInvariantModel, Abstract
         return LeakyNeuronRegularizer(delta=self.a**2 - jnp.sum(self.w**2), anchor=sign * self.w,
                                       slope=jnp.asarray(self.slope, dtype=float), sign=sign)
 
+    def implicit_bias_sign(self) -> Float[Array, ""]:
+        """``sign(a)``."""
+        return jnp.sign(self.a)
+
     def inverse_metric_field(self) -> NeuronInverseMetric:
         """``M(w̃) = a² I + w̃w̃ᵀ/a²`` with the conserved ``δ = a² − ‖w‖²``
         ([THEORY §2.5][theory-2-5])."""

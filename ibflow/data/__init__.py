@@ -13,3 +13,4 @@ from ._mixture import (  # noqa: E402
 )
 from ._mnist import MNIST_MD5 as MNIST_MD5, load_mnist as load_mnist, read_idx as read_idx  # noqa: E402
 from ._files import DataFileError as DataFileError  # noqa: E402
+from ._teacher import TeacherStudentData as TeacherStudentData, teacher_student as teacher_student  # noqa: E402
