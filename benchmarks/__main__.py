@@ -1,7 +1,7 @@
 """``python -m benchmarks [--quick] [--only NAME[,NAME...]] [--out DIR]``
 
 Runs the comparisons of issue 7 side by side in one process on the Figure 7.1 problem
-(THEORY §2.8: sparse regression d = 1000, n = 100, 5 shapes × 20 scales, unbiased diagonal net),
+(theory §2.8: sparse regression d = 1000, n = 100, 5 shapes × 20 scales, unbiased diagonal net),
 prints ONE markdown table, and writes it as ``DIR/latest.{md,csv,json}`` (default
 ``benchmarks/results``) with the machine description.
 

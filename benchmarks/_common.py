@@ -26,14 +26,14 @@ import numpy as np
 import ibflow
 
 # ----------------------------------------------------------------------------------------------
-# The problem of THEORY §2.8 ("Figure 7.1"): sparse regression, d = 1000, n = 100, 5 shapes × 20
+# The problem of theory §2.8 ("Figure 7.1"): sparse regression, d = 1000, n = 100, 5 shapes × 20
 # scales, unbiased diagonal net.
 # ----------------------------------------------------------------------------------------------
 
 SHAPES = (0.0, 0.5, 0.7, 0.9, 0.99)
 SEED = 1993
 GD_STEP = 1e-3
-GD_TARGET = 1e-10  # ½·mean(r²), the GD loop's stopping loss (THEORY §2.8, "Q vs GD check")
+GD_TARGET = 1e-10  # ½·mean(r²), the GD loop's stopping loss (docs/theory §2.8, "Q vs GD check")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,7 @@ def sample(size: int, count: int) -> np.ndarray:
 
 
 def k_of(alpha, shape):
-    """``k = 4α(1+s²)/(1−s²)`` (THEORY [AZ-7.1])."""
+    """``k = 4α(1+s²)/(1−s²)`` (docs/theory [AZ-7.1])."""
     return 4 * alpha * (1 + shape**2) / (1 - shape**2)
 
 

@@ -3,7 +3,7 @@
     python -m benchmarks.differentiable [implicit] [memory] [--quick]
 
 
-1. Cost of the implicit gradient against one minimizer solve (diagonal net, THEORY §2.8 data).
+1. Cost of the implicit gradient against one minimizer solve (diagonal net, docs/theory §2.8 data).
 2. Memory of the through-the-solve gradient vs the number of checkpoints on a long plateau
    (α = 1e-5), from XLA's compiled memory analysis, and its run time.
 

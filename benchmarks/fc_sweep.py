@@ -2,8 +2,8 @@
 (issue 12, item 5).
 
 A 5-shape × 20-scale grid of `FullyConnectedNet` width 10 (10 010 parameters) on the Figure 7.1
-data (THEORY §2.8: seed 1993, d = 1000, n = 100), integrated by ``ibflow.sweep`` with its default
-options to the exact limit (target 1e-24·mean(y²)/2, the Woodbury Kvaerno5 tail, THEORY §8.1),
+data (theory §2.8: seed 1993, d = 1000, n = 100), integrated by ``ibflow.sweep`` with its default
+options to the exact limit (target 1e-24·mean(y²)/2, the Woodbury Kvaerno5 tail, docs/theory §8.1),
 with per-member statuses. One fixed key draws the neurons' directions and signs, so members differ
 in scale α and shape s only. Prints a markdown table (per shape: members, converged, steps, the
 largest final loss relative to the target) and writes ``DIR/fc_sweep.{md,png}``; the figure

@@ -1,8 +1,8 @@
 """Comparison 1: the hand-written numpy gradient-descent loop of the original study.
 
-THEORY §2.8: the authors train the untied diagonal net (all four vectors u₊, v₊, u₋, v₋) with
+docs/theory §2.8: the authors train the untied diagonal net (all four vectors u₊, v₊, u₋, v₋) with
 full-batch GD, step 1e-3, checking the loss every 1000 epochs. Here the loop runs until the
-training loss ``½·mean(r²) ≤ 1e-10`` (the "Q vs GD check" threshold; THEORY §1 loss).
+training loss ``½·mean(r²) ≤ 1e-10`` (the "Q vs GD check" threshold; docs/theory §1 loss).
 
 A configuration at small scale needs ~T/η ≈ 10⁶ iterations (T = the gradient-flow time to reach
 the loss), so the full 100-configuration grid takes 13–30 min on 2 cores, more than the benchmark's

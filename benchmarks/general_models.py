@@ -3,7 +3,7 @@ parameter ODE of three models with 10³–10⁴ parameters, side by side in one 
 
     python -m benchmarks.general_models [--small] [--cap SECONDS] [--out DIR]
 
-Cases (THEORY §2.3, §2.4, §3, §8.1):
+Cases (docs/theory §2.3, §2.4, §3, §8.1):
 
 1. ``DiagonalNet.from_scale_shape(α, s=0.5, dim=d)`` integrated through its 4d parameters
    (``formulation=ParameterSpace()``) on the seed-1993 sparse regression data (d = 1000,
@@ -129,7 +129,7 @@ def diagonal_case(X, y, alpha: float, shape: float = 0.5) -> Case:
 
     def jac(th):
         # f = s ∘ g(w(θ)) blockwise with s = (−v₊, −u₊, v₋, u₋); ∂g/∂θ = G·B with
-        # B = ∂w/∂θ = (diag v₊, diag u₊, −diag v₋, −diag u₋); plus ∂s/∂θ ∘ g (THEORY §2.3).
+        # B = ∂w/∂θ = (diag v₊, diag u₊, −diag v₋, −diag u₋); plus ∂s/∂θ ∘ g (docs/theory §2.3).
         up, vp, um, vm = split(th)
         g = G @ pred(th) - c
         s = np.concatenate([-vp, -up, vm, um])

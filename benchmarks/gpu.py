@@ -1,6 +1,6 @@
 """``python -m benchmarks.gpu [--small] [--out DIR]``: the accelerator rows of issue 14.
 
-The Figure 7.1 problem (d = 1000, n = 100, seed-1993 data of THEORY §2.8) on a grid of 10⁴
+The Figure 7.1 problem (d = 1000, n = 100, seed-1993 data of docs/theory §2.8) on a grid of 10⁴
 configurations (100 shapes in [0, 0.99] × 100 scales in [1e-5, 10^-0.6]), integrated to its
 limit by ``ibflow.sweep`` with **default options** on the first device JAX sees:
 

@@ -115,7 +115,7 @@ def single(X, y, alpha, shape, *, target_loss=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# The reduced vector field (THEORY §2.3) alone, for the profile and the roofline.
+# The reduced vector field (docs/theory §2.3) alone, for the profile and the roofline.
 # ---------------------------------------------------------------------------------------------
 
 

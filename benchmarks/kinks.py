@@ -3,7 +3,7 @@ and one sliding neuron at the CLI's size.
 
 ``python -m benchmarks.kinks [--quick] [--seeds 0,1,...] [--out DIR]``
 
-Problems: THEORY §8.2's sliding setting (leaky neuron, γ = 0.3, n = 8, d = 30, α = 1, s = 0,
+Problems: docs/theory §8.2's sliding setting (leaky neuron, γ = 0.3, n = 8, d = 30, α = 1, s = 0,
 mixed-sign realizable targets); only problems on which the flow slides (``KinkReport.slides >
 0``) are kept. For each:
 
@@ -14,7 +14,7 @@ mixed-sign realizable targets); only problems on which the flow slides (``KinkRe
   ibflow's time "to reach that accuracy" (issue 13 item 2), next to the default's. The
   default's limit is compared with argmin Q (Theorem 4's dual/KKT minimizer).
 - GD+R: full-batch GD with steps ``η₀, η₀/2, η₀/4, …`` run to a loss target, and the
-  Richardson extrapolation ``2w(η/2) − w(η)`` (THEORY §8.2, "Independent reference"). Its time
+  Richardson extrapolation ``2w(η/2) − w(η)`` (docs/theory §8.2, "Independent reference"). Its time
   to reach 1e-7 relative agreement with ibflow's limit is the wall time of all GD runs up to
   the first halving that gets there (a researcher does not know in advance which η suffices),
   each run's time the median of `GD_PASSES` passes. Its loss target is, like ibflow's
@@ -186,7 +186,7 @@ def compare(key, *, max_halvings, max_iters, repeats, passes=GD_PASSES):
 
 def argmin_q(model, sol, X, y):
     """Theorem 4's reference: argmin Q on the affine interpolation set, for the final sign of
-    ``a`` read off the flow (THEORY §2.4 flip rule); the `minimize_regularizer` result."""
+    ``a`` read off the flow (docs/theory §2.4 flip rule); the `minimize_regularizer` result."""
     Q = ibflow.implicit_bias(model, final_sign=jnp.sign(sol.model.a))
     return ibflow.minimize_regularizer(Q, X, y, throw=False)
 

@@ -1,10 +1,10 @@
 """Comparison 4: the Theorem-1 minimizer — ibflow's dual Newton (``ibflow.minimize_regularizer``
 of ``ibflow.implicit_bias(model)``) against scipy SLSQP on ``Σ q_k(wᵢ)`` s.t. ``Xw = y`` (what the
-authors' code does, THEORY §2.8: SLSQP on ``q_func``, tol 1e-7; here with the exact gradient
+authors' code does, docs/theory §2.8: SLSQP on ``q_func``, tol 1e-7; here with the exact gradient
 and constraint Jacobian, which only helps SLSQP).
 
 Both are measured against ``benchmark_dual_newton`` (this package's own numpy implementation,
-independent of ibflow). Configuration: α = 1e-4, s = 0.5 (THEORY §2.8 "Q vs GD check").
+independent of ibflow). Configuration: α = 1e-4, s = 0.5 (docs/theory §2.8 "Q vs GD check").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _ibflow_min(X, y, alpha, shape):
 
 
 def q_objective(k):
-    """``Σ q_k(wᵢ)`` and its gradient ``½ arcsinh(2w/k)`` (THEORY §2.3, the authors' q_func)."""
+    """``Σ q_k(wᵢ)`` and its gradient ``½ arcsinh(2w/k)`` (theory §2.3, the authors' q_func)."""
 
     def f(w):
         u = 2 * w / k

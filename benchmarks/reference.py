@@ -1,4 +1,4 @@
-"""The Theorem-1 minimizer every limit point is measured against (THEORY [AZ-T1]).
+"""The Theorem-1 minimizer every limit point is measured against (docs/theory [AZ-T1]).
 
 ``argmin_{Xw=y} Σᵢ q_{kᵢ}(wᵢ)`` in dual form: ``w = (k/2)∘sinh(Xᵀν)`` with ``X w = y``. The
 reference is ``ibflow.minimize_regularizer(ibflow.implicit_bias(model), X, y)`` (vmapped over
@@ -26,7 +26,7 @@ def _residual(X, y, half_k, nu):
 
 
 def benchmark_dual_newton(X, y, k, *, rtol: float = 1e-13, max_steps: int = 500) -> np.ndarray:
-    """Unbiased Theorem-1 minimizer by damped Newton on the convex dual (THEORY §2.3 solver tip)
+    """Unbiased Theorem-1 minimizer by damped Newton on the convex dual (theory §2.3 solver tip)
 
     ``F(ν) = Σᵢ (kᵢ/2)(cosh((Xᵀν)ᵢ) − 1) − ⟨ν, y⟩``, ``∇F = X w(ν) − y``,
     ``∇²F = X diag((k/2) cosh(Xᵀν)) Xᵀ``, with an Armijo backtracking line search that rejects

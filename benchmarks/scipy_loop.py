@@ -4,9 +4,9 @@ Two right-hand sides, both with ibflow's tolerances (rtol 1e-10, atol 1e-14) and
 terminal event at ibflow's target loss:
 
 - ``parameters``: the plain gradient-flow ODE on the 4d parameters (what researchers write),
-  ``u̇₊ = −g∘v₊, v̇₊ = −g∘u₊, u̇₋ = g∘v₋, v̇₋ = g∘u₋`` with ``g = Xᵀ(Xw − y)/n`` (THEORY §2.3);
+  ``u̇₊ = −g∘v₊, v̇₊ = −g∘u₊, u̇₋ = g∘v₋, v̇₋ = g∘u₋`` with ``g = Xᵀ(Xw − y)/n`` (docs/theory §2.3);
 - ``reduced``: the closed-form n-dim reduction that ibflow itself integrates,
-  ``ν̇ = −(2/n)(X w(ν) − y)``, ``w(ν) = P e^{Xᵀν} − N e^{−Xᵀν}`` (THEORY §2.3) — the strongest
+  ``ν̇ = −(2/n)(X w(ν) − y)``, ``w(ν) = P e^{Xᵀν} − N e^{−Xᵀν}`` (docs/theory §2.3) — the strongest
   baseline.
 
 A configuration that does not finish within ``cap_s`` seconds is stopped and reported as a
@@ -70,7 +70,7 @@ def solve(X, y, alpha, shape, *, ode: str, method: str, target: float, rtol=1e-1
         f, loss, predictor = _rhs_parameters(X, y)
         state0 = np.concatenate([u0, v0, u0, v0])
     else:
-        # THEORY §2.3 / DiagonalNet.exp_coefficients for u₊ = u₋ = u₀, v₊ = v₋ = v₀.
+        # docs/theory §2.3 / DiagonalNet.exp_coefficients for u₊ = u₋ = u₀, v₊ = v₋ = v₀.
         a, b = u0 + v0, u0 - v0
         P = N = (a**2 + b**2) / 4
         f, loss, predictor = _rhs_reduced(X, y, P, N)

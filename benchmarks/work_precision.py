@@ -1,7 +1,7 @@
 """``python -m benchmarks.work_precision [--small] [--out DIR] [--cap S]``: the work–precision
 benchmark of issue 14 on the Figure 7.1 grid.
 
-Problem: THEORY §2.8, ``ibflow.data.sparse_regression`` with seed 1993, d = 1000, n = 100,
+Problem: docs/theory §2.8, ``ibflow.data.sparse_regression`` with seed 1993, d = 1000, n = 100,
 5 shapes × 20 scales α = logspace(−5, −0.6), unbiased diagonal net (``--small``: d = 60, n = 12,
 2 shapes × 3 scales, two settings per method, < 60 s). Reference: the exact Theorem-1 minimizers
 ``ibflow.minimize_regularizer(ibflow.implicit_bias(model), X, y)`` with their certificates,
@@ -358,7 +358,7 @@ def run_gd(p, ref, s: Settings, log) -> list[Point]:
         else:
             ws[lr], walls[lr] = w, pt.wall_s
         log(f"GD {setting}: {pt.how} {pt.wall_s} s, max err {pt.max_err} {pt.skipped}")
-    # Richardson: 2·w(η/2) − w(η) removes GD's first-order error (THEORY §8.2); costs both runs.
+    # Richardson: 2·w(η/2) − w(η) removes GD's first-order error (theory §8.2); costs both runs.
     members = p.size if idx is None else len(idx)
     for lr in s.gd_steps:
         half = lr / 2

@@ -2,7 +2,7 @@
 researcher would write instead of ibflow, one configuration at a time, on the host.
 
 - ``scipy_solve``: ``scipy.integrate.solve_ivp`` (DOP853, LSODA, Radau, BDF) on the reduced
-  n-dim ODE of THEORY §2.3, ``ν̇ = −(2/n)(X w(ν) − y)``, ``w(ν) = P e^{Xᵀν} − N e^{−Xᵀν}``, or on
+  n-dim ODE of theory §2.3, ``ν̇ = −(2/n)(X w(ν) − y)``, ``w(ν) = P e^{Xᵀν} − N e^{−Xᵀν}``, or on
   the 4d-parameter gradient-flow ODE, with analytic Jacobians for the implicit methods and a
   terminal event at a loss threshold.
 - ``gd_solve``: the numpy GD loop of the original study (``benchmarks.gd_loop``) at one step.
@@ -36,8 +36,8 @@ def initial_factors(alpha, shape, d):
 
 def reduced_ode(X, y, alpha, shape):
     """``(f, jac, loss, predictor, ν₀)`` of the reduced ODE for the unbiased net. For
-    ``u₊ = u₋ = u₀``, ``v₊ = v₋ = v₀``: ``P = N = (u₀² + v₀²)/2 = k/4`` (THEORY §2.3), so
-    ``w = (k/2) sinh(Xᵀν)``. Jacobian ``−(2/n) X diag(P e^ρ + N e^{−ρ}) Xᵀ`` (THEORY §8.1)."""
+    ``u₊ = u₋ = u₀``, ``v₊ = v₋ = v₀``: ``P = N = (u₀² + v₀²)/2 = k/4`` (docs/theory §2.3), so
+    ``w = (k/2) sinh(Xᵀν)``. Jacobian ``−(2/n) X diag(P e^ρ + N e^{−ρ}) Xᵀ`` (docs/theory §8.1)."""
     n, d = X.shape
     u0, v0 = initial_factors(alpha, shape, d)
     P = N = (u0**2 + v0**2) / 2
@@ -60,7 +60,7 @@ def reduced_ode(X, y, alpha, shape):
 
 
 def parameter_ode(X, y, alpha, shape):
-    """``(f, jac, loss, predictor, θ₀)`` of the gradient flow on θ = (u₊, v₊, u₋, v₋) (THEORY
+    """``(f, jac, loss, predictor, θ₀)`` of the gradient flow on θ = (u₊, v₊, u₋, v₋) (docs/theory
     §2.3): ``u̇₊ = −g∘v₊, v̇₊ = −g∘u₊, u̇₋ = g∘v₋, v̇₋ = g∘u₋``, ``g = Xᵀ(Xw − y)/n``. The
     Jacobian is dense (4d × 4d): ``∂θ̇ᵢ/∂θⱼ = aᵢ H[i mod d, j mod d] cⱼ`` plus the ±diag(g)
     blocks, with ``H = XᵀX/n``, ``a = (−v₊, −u₊, v₋, u₋)``, ``c = ∂w/∂θ = (v₊, u₊, −v₋, −u₋)``."""
@@ -153,10 +153,11 @@ def gd_solve(X, y, alpha, shape, *, lr: float, target: float, deadline: float,
 
 
 def dual_newton_solve(X, y, alpha, shape, *, target: float, max_iterations: int = 100):
-    """Damped Newton on the convex dual of Theorem 1, written plainly from the formula (THEORY
+    """Damped Newton on the convex dual of Theorem 1, written plainly from the formula (docs/theory
     §2.3): ``D(ν) = Σⱼ (kⱼ/2) cosh((Xᵀν)ⱼ) − ⟨y, ν⟩``, ``∇D = X w(ν) − y`` with
     ``w = (k/2) sinh(Xᵀν)``, ``∇²D = X diag((k/2) cosh(Xᵀν)) Xᵀ``; Cholesky solve, step halved
-    until ``D`` or ``‖∇D‖`` decreases, until ``loss = ½ mean((Xw − y)²) ≤ target``. ``k = 4α(1+s²)/(1−s²)``.
+    until ``D`` or ``‖∇D‖`` decreases, until ``loss = ½ mean((Xw − y)²) ≤ target``;
+    ``k = 4α(1+s²)/(1−s²)``.
     Returns ``dict(w, seconds, converged, over_time, iterations)``."""
     start = time.perf_counter()
     half_k = np.full(X.shape[1], 2 * alpha * (1 + shape**2) / (1 - shape**2))
@@ -170,7 +171,7 @@ def dual_newton_solve(X, y, alpha, shape, *, target: float, max_iterations: int 
             value = np.linalg.norm(X @ (half_k * np.sinh(X.T @ nu)) - y)
             return value if np.isfinite(value) else np.inf
 
-        for it in range(max_iterations):
+        for it in range(max_iterations):  # noqa: B007  (`it` is reported after the loop)
             rho = X.T @ nu
             w = half_k * np.sinh(rho)
             r = X @ w - y

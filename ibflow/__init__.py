@@ -11,7 +11,7 @@ resolve.
 import os as _os
 import sys as _sys
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 
 def _enable_x64() -> None:
@@ -30,7 +30,8 @@ _enable_x64()
 _EXPORTS: dict[str, tuple[str, ...]] = {
     # Models and their capabilities
     "._models.base": (
-        "AbstractLinearModel", "AbstractInvariantModel", "AbstractModel", "AbstractPredictorModel",
+        "AbstractLinearModel", "AbstractImplicitBiasModel", "AbstractInvariantModel",
+        "AbstractMetricFieldModel", "AbstractModel", "AbstractPredictorModel",
         "AbstractReducibleModel",
     ),
     "._models.diagonal": ("DiagonalNet",),
@@ -46,9 +47,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._models.classifier": ("TwoLayerClassifier",),
     "._models.cost": ("AbstractCostEstimate",),
     # Losses
-    "._losses": ("AbstractLoss", "ExponentialLoss", "LogisticLoss", "SquareLoss"),
+    "._losses": (
+        "AbstractLoss", "AbstractSquareLoss", "ExponentialLoss", "LogisticLoss", "SquareLoss",
+    ),
     # Flows and mirror potentials
-    "._flows.base": ("AbstractFlow",),
+    "._flows.base": ("AbstractFlow", "AbstractLossClockFlow"),
     "._flows.gradient": ("GradientFlow",),
     "._flows.mirror": ("MirrorFlow",),
     "._flows.warped": ("WarpedFlow",),
@@ -68,6 +71,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._solution": ("Solution", "Trajectory"),
     "._kinks.mode": ("EVENT_KINDS", "KinkReport"),
     "._tail.equilibrium": ("EquilibriumNewton",),
+    "._result": ("AbstractResult",),
     "._status": ("Status",),
     "._errors": ("FlowError",),
     "._certify": ("Certificate", "certify"),
@@ -76,17 +80,22 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._classification.descent": ("gradient_descent",),
     # Theory: regularizers, exact minimizer, Hessian-map test, NTK, interpolants
     "._interpolants": ("min_l1_interpolant", "min_l2_interpolant"),
+    "._theory.metrics": (
+        "AbstractInverseMetricField", "DiagonalInverseMetric", "NeuronInverseMetric",
+    ),
     "._theory.hessian_map": (
-        "DiagonalInverseMetric", "HessianMapAsymmetry", "NeuronInverseMetric",
-        "hessian_map_asymmetry", "inverse_metric_field", "predictor_inverse_metric",
-        "predictor_jacobian",
+        "HessianMapAsymmetry", "hessian_map_asymmetry", "inverse_metric_field",
+        "predictor_inverse_metric", "predictor_jacobian",
     ),
     "._theory.ntk": (
         "ntk_outputs", "ntk_predictor", "ntk_rkhs_norm", "output_jacobian", "tangent_kernel",
     ),
-    "._theory.implicit_bias": ("NoExactRegularizer", "implicit_bias"),
+    "._theory.implicit_bias": ("implicit_bias",),
     "._theory.minimizer": ("RegularizerMinimum", "minimize_regularizer"),
-    "._theory.regularizers.base": ("AbstractLegendreRegularizer", "AbstractRegularizer"),
+    "._theory.regularizers.base": (
+        "AbstractLegendreRegularizer", "AbstractLinearProgramRegularizer", "AbstractRegularizer",
+        "NoExactRegularizer",
+    ),
     "._theory.regularizers.diagonal": ("DiagonalNetRegularizer",),
     "._theory.regularizers.l1": ("L1Norm",),
     "._theory.regularizers.leaky_neuron": ("LeakyNeuronRegularizer",),

@@ -135,11 +135,9 @@ def real_scalar(x, name: str, *, positive: bool = False, nonnegative: bool = Fal
 
 def switch_budget(max_switches):
     """`max_switches` (an integer ≥ 1, or traced) as an array leaf of the solve's options."""
-    if not is_traced(max_switches) and (isinstance(max_switches, bool) or not isinstance(
-            max_switches, int) or max_switches < 1):
-        raise ValueError(f"max_switches must be an integer >= 1; got {max_switches!r}.")
-    return np.asarray(max_switches) if isinstance(max_switches, int) else jnp.asarray(
-        max_switches)
+    if is_traced(max_switches):
+        return jnp.asarray(max_switches)
+    return np.asarray(width(max_switches, "max_switches"))
 
 
 def data(X, y):
@@ -159,10 +157,11 @@ def data(X, y):
     return finite(X, "X"), finite(y, "y")
 
 
-def width(k, name: str = "width") -> int:
-    """A Python/numpy integer >= 1 (booleans are refused)."""
-    if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)) or k < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {k!r}.")
+def width(k, name: str = "width", *, low: int = 1) -> int:
+    """A Python/numpy integer >= `low` (booleans are refused), as an ``int``: the one check of
+    every count option (widths, dimensions, step budgets, checkpoints, grid sizes)."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)) or k < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {k!r}.")
     return int(k)
 
 

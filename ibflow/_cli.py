@@ -161,7 +161,7 @@ def _build_problem(args):
 
     import ibflow
 
-    from ._models.leaky_neuron import leaky_relu
+    from ._activations.relu import leaky_relu
 
     key_data, key_init = jax.random.split(jax.random.key(args.seed))
     data = ibflow.data.sparse_regression(key_data, n=args.n, d=args.d, k=args.k,
@@ -189,15 +189,12 @@ def _build_problem(args):
 
 
 def _final_sign(model):
-    import jax.numpy as jnp
-
+    """The `final_sign` the trained ``model`` gives `ibflow.implicit_bias` (None where the
+    regularizer does not depend on it or the model has none)."""
     import ibflow
 
-    if isinstance(model, ibflow.LeakyReLUNeuron):
-        return jnp.sign(model.a)
-    if isinstance(model, ibflow.FullyConnectedNet) and model.second.shape == (1,):
-        return jnp.sign(model.second[0])
-    return None
+    return (model.implicit_bias_sign() if isinstance(model, ibflow.AbstractImplicitBiasModel)
+            else None)
 
 
 def _references(args, data, y, model, sol) -> tuple[dict, dict]:
@@ -243,18 +240,19 @@ def _run_flow(args) -> int:
 
     from . import _progress
     from ._checks import square_loss_floor
-    from ._formulation import METHODS
 
     try:
         data, model, y = _build_problem(args)
     except (UsageError, ValueError) as e:
         return _usage(args, e)
+    formulation = {"auto": ibflow.PreferReduction(),
+                   "parameters": ibflow.ParameterSpace()}[args.method]
     start = time.perf_counter()
     try:
         atol = None if args.rtol is None else args.rtol * 1e-4
         sol = ibflow.integrate(model, data.X, y, target_loss=args.target_loss, rtol=args.rtol,
                                atol=atol, max_steps=args.max_steps,
-                               formulation=METHODS[args.method], progress=args.progress,
+                               formulation=formulation, progress=args.progress,
                                throw=False)
         jax.block_until_ready(sol)
     except ValueError as e:  # option validation, before any computation

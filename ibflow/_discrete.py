@@ -167,8 +167,7 @@ def descend(
     Only the model's inexact-array leaves are updated (fixed leaves are wrapped in
     ``stop_gradient`` by the models, so their gradients vanish).
     """
-    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
-        raise ValueError(f"num_steps must be a positive integer; got {num_steps!r}.")
+    num_steps = _checks.width(num_steps, "num_steps")
     X, y = _checks.data(X, y)
     if isinstance(target_loss, int | float) and not (0 <= target_loss < float("inf")):
         raise ValueError(f"target_loss must be finite and >= 0; got {target_loss!r}.")

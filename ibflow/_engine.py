@@ -234,13 +234,15 @@ def _newton_direction(loss, state, grad):
     return -step
 
 
-def _stationary_newton(dynamics, state, start, run, budget):
+def _stationary_newton(dynamics, state, start, run, budget, loss_scale):
     """Polish a stationary end point: Newton on ``∇L = 0`` from the flow's `state`, where `run`
     ([THEORY §8.3][theory-8-3]). Near a critical point the flow's field is ``−H(θ − θ*)``, so
     Newton, started in its basin, converges quadratically to the flow's own limit. Each step
     must not raise the loss (beyond round-off: the flow only descends to its limit) and must
     keep the total displacement within `STATIONARY_MAX_JUMP` of the distance travelled from
-    `start` (else Newton heads for another critical point and stops). The iterate with the
+    `start` (else Newton heads for another critical point and stops). Round-off in the loss:
+    residuals r = f − y computed from outputs of size ~``sqrt(loss_scale)`` carry errors
+    ~``eps·sqrt(loss_scale)``, so L = mean(r²)/2 is known to ~``eps·sqrt(L·loss_scale)``. The iterate with the
     smallest gradient is returned; the loop ends after `STATIONARY_MISSES` steps in a row that
     do not improve it (the round-off floor). Runs on stopped values; derivatives pass through
     as those of the flow's end point. Returns ``(state, iterations)``."""
@@ -248,14 +250,15 @@ def _stationary_newton(dynamics, state, start, run, budget):
     x = jax.lax.stop_gradient(state)
     reach = STATIONARY_MAX_JUMP * jnp.linalg.norm(x - jax.lax.stop_gradient(start))
     limit = jnp.minimum(budget, STATIONARY_NEWTON_ITERATIONS)
-    slack = 64 * jnp.finfo(x.dtype).eps
+    eps = jnp.finfo(x.dtype).eps
 
     def body(c):
         y, value, grad, best, best_norm, count, misses, _ = c
         trial = y + _newton_direction(loss, y, grad)
         trial_value, trial_grad = jax.value_and_grad(loss)(trial)
         trial_norm = jnp.linalg.norm(trial_grad)
-        ok = (jnp.isfinite(trial_value) & (trial_value <= value + slack * jnp.abs(value))
+        slack = 64 * eps * (jnp.abs(value) + jnp.sqrt(jnp.abs(value) * loss_scale))
+        ok = (jnp.isfinite(trial_value) & (trial_value <= value + slack)
               & (jnp.linalg.norm(trial - x) <= reach))
         better = ok & (trial_norm < best_norm)
         misses = jnp.where(better, 0, misses + 1)
@@ -268,7 +271,8 @@ def _stationary_newton(dynamics, state, start, run, budget):
     zero = jnp.zeros((), jnp.asarray(budget).dtype)
     _, _, _, best, _, count, _, _ = jax.lax.while_loop(
         lambda c: c[-1], body,
-        (x, value, grad, x, jnp.linalg.norm(grad), zero, zero, run & (limit > 0)))
+        (x, value, grad, x, jnp.linalg.norm(grad), zero, zero,
+         run & (limit > 0) & jnp.any(grad != 0)))
     return state + jax.lax.stop_gradient(best - x), count
 
 
@@ -351,7 +355,7 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
         # The limit of a flow that stops at a stationary point lies at t = ∞ (as Newton's).
         polish = status == Status.stationary
         state, iterations = _stationary_newton(dynamics, phase.state, dynamics.initial_state(),
-                                               polish, budget - steps)
+                                               polish, budget - steps, options.loss_scale)
         steps, accepted = steps + iterations, accepted + iterations
         phase = eqx.tree_at(lambda p: (p.state, p.clock), phase,
                             (state, jnp.where(polish & (iterations > 0), jnp.inf, phase.clock)))

@@ -94,7 +94,3 @@ class PreferReduction(AbstractFormulation):
         if reduced is None:
             return _parameters(model, X, y, flow, loss, self.kinks, self.max_sliding_rows)
         return reduced
-
-
-#: The deprecated ``method=`` strings and the strategies that replace them.
-METHODS = {"auto": PreferReduction(), "parameters": ParameterSpace(), "reduced": Reduction()}

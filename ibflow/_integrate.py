@@ -1,7 +1,6 @@
 """``integrate``: a flow from an initialization to its limit point, exactly, with Diffrax."""
 
 import math
-import warnings
 from typing import Literal
 
 import diffrax as dfx
@@ -17,7 +16,7 @@ from ._dynamics.base import AbstractConvexGradientDynamics
 from ._engine import SolveOptions, solve
 from ._flows.base import AbstractFlow
 from ._flows.gradient import GradientFlow
-from ._formulation import METHODS, AbstractFormulation, PreferReduction
+from ._formulation import AbstractFormulation, PreferReduction
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.segments import DEFAULT_MAX_SWITCHES
 from ._losses import AbstractLoss, SquareLoss
@@ -120,9 +119,7 @@ def _save_at(save_at, t_max):
 def _max_steps(max_steps):
     if _checks.is_traced(max_steps):
         raise ValueError("max_steps cannot be traced or swept: it sets the solver's array sizes.")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"max_steps must be an integer >= 1; got {max_steps!r}.")
-    return max_steps
+    return _checks.width(max_steps, "max_steps")
 
 
 def _solver(solver, name, *, allow_none=False):
@@ -134,18 +131,11 @@ def _solver(solver, name, *, allow_none=False):
     return solver
 
 
-def _formulation(method, formulation):
-    if method is None:
-        if not isinstance(formulation, AbstractFormulation):
-            raise ValueError(f"formulation must be ibflow.PreferReduction(), ParameterSpace() or "
-                             f"Reduction(); got {type(formulation).__name__}.")
-        return formulation
-    if method not in METHODS:
-        raise ValueError(f"method must be 'auto', 'parameters' or 'reduced'; got {method!r}.")
-    warnings.warn("integrate(method=...) is deprecated; pass formulation=ibflow."
-                  "PreferReduction() | ParameterSpace() | Reduction().", DeprecationWarning,
-                  stacklevel=3)
-    return METHODS[method]
+def _formulation(formulation):
+    if not isinstance(formulation, AbstractFormulation):
+        raise ValueError(f"formulation must be ibflow.PreferReduction(), ParameterSpace() or "
+                         f"Reduction(); got {type(formulation).__name__}.")
+    return formulation
 
 
 def _check_model(model, X):
@@ -302,7 +292,7 @@ def integrate(
     stiff_solver: dfx.AbstractAdaptiveSolver | EquilibriumNewton | None | Literal["auto"] = "auto",
     stiff_switch: Float[ArrayLike, ""] | None = None, max_steps: int = 100_000,
     t_max: Float[ArrayLike, ""] | None = None, save_at: Float[ArrayLike, " T"] | None = None,
-    formulation: AbstractFormulation = PreferReduction(), method: str | None = None,
+    formulation: AbstractFormulation = PreferReduction(),
     throw: bool = True, adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
     dt0: Float[ArrayLike, ""] | None = None, progress: bool = False,
     max_switches: int = DEFAULT_MAX_SWITCHES,
@@ -359,8 +349,7 @@ def integrate(
     - `save_at`: increasing clock values at which to record the `Trajectory`.
     - `formulation`: `PreferReduction()` (default: a closed-form reduction when the model
       offers one, e.g. the diagonal net's n-dim ODE of [THEORY §2.3][theory-2-3]),
-      `ParameterSpace()` or `Reduction()`. `method` ("auto" | "parameters" | "reduced") is its
-      deprecated spelling.
+      `ParameterSpace()` or `Reduction()`.
     - `throw`: raise if the flow did not converge. With ``False`` the status says what happened.
     - `dt0` > 0: the first step size (None lets Diffrax choose it).
     - `adjoint`: reverse-mode differentiation through the solve, e.g.
@@ -407,7 +396,7 @@ def integrate(
         target_loss = DEFAULT_RELATIVE_TARGET * loss_scale
     if save_at is not None:
         save_at = _save_at(save_at, t_max)
-    formulation = _formulation(method, formulation)
+    formulation = _formulation(formulation)
     # Through the class: a bound method of a module is a module built at each access (~35 µs).
     dynamics = type(formulation).dynamics(formulation, model, X, y, flow, loss)
     tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target, t_max is not None)

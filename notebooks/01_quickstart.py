@@ -15,7 +15,7 @@
 #
 # Integrate gradient flow of a diagonal linear network *exactly* to its limit point, watch the
 # loss fall through the plateau of a small initialization, and see where the limit lands between
-# the min-ℓ1 and min-ℓ2 interpolants (THEORY §2.3).
+# the min-ℓ1 and min-ℓ2 interpolants (docs/theory §2.3).
 #
 # With `IBFLOW_SMALL=1` in the environment the notebook runs on tiny settings (the test suite
 # executes it that way). Randomness comes from explicit JAX keys only.

@@ -14,12 +14,12 @@
 # # 02 — Implicit bias: flow limits, exact regularizers, regimes, and the Hessian-map test
 #
 # Gradient flow on a diagonal linear network converges, among all interpolators of `Xw = y`, to
-# the minimiser of an explicit regularizer `Q` (THEORY §2.3, [AZ-T1]). This notebook puts the
+# the minimiser of an explicit regularizer `Q` (docs/theory §2.3, [AZ-T1]). This notebook puts the
 # limit computed by `ibflow.integrate` next to
 #
 # * the exact minimiser of `Q` (`ibflow.implicit_bias` + `ibflow.minimize_regularizer`),
 # * the min-ℓ1 and min-ℓ2 interpolants (the rich and the kernel limits),
-# * the NTK limit (`ibflow.ntk_predictor`, THEORY [AZ-F]),
+# * the NTK limit (`ibflow.ntk_predictor`, docs/theory [AZ-F]),
 #
 # maps the regime (distance of the limit to ℓ1 and to ℓ2) over initialization scale α and shape s,
 # and shows the Hessian-map test ([AZ-HMC], [AZ-WARP]) that decides when a flow is a mirror flow.
@@ -50,7 +50,7 @@ print(f"n={n}, d={d}, k={k}; grid {len(alphas)} x {len(shapes)}")
 # ## Flow limits and exact minimisers on the whole α × s grid
 #
 # One vmapped call integrates every initialization of the grid (the diagonal net's reduced
-# n-dimensional ODE, THEORY §2.3) and one vmapped call solves every `argmin Q` by dual Newton.
+# n-dimensional ODE, docs/theory §2.3) and one vmapped call solves every `argmin Q` by dual Newton.
 
 # %%
 A, S = np.meshgrid(alphas, shapes, indexing="ij")
@@ -113,7 +113,7 @@ plt.show()
 #
 # Relative distance of the flow limit to min-ℓ1 and to min-ℓ2 over α (scale) and s (shape). Small α
 # with balanced layers is the rich (ℓ1) regime; large α *or* |s| → 1 is the kernel regime, here
-# plain ℓ2 because every coordinate has the same k (THEORY §2.3 "Limits").
+# plain ℓ2 because every coordinate has the same k (docs/theory §2.3 "Limits").
 
 # %%
 d_l1 = rel(gf, w_l1).reshape(A.shape)
@@ -143,7 +143,7 @@ print("distance to l2 (largest alpha, s=0):", d_l2[-1, 0])
 #
 # Gradient flow is a mirror flow iff the predictor-space metric `H = (J Jᵀ)⁻¹` is a Hessian, i.e.
 # `∂ₖH_ij` is symmetric in (j, k). The diagonal net passes; the single FC neuron
-# (`M = a²I + wwᵀ`, THEORY §2.4) fails for d ≥ 2; multiplying by the warp g = |a| repairs it.
+# (`M = a²I + wwᵀ`, docs/theory §2.4) fails for d ≥ 2; multiplying by the warp g = |a| repairs it.
 # Relative asymmetry at random points w̃ ∈ ℝ³, as a function of the balancedness δ (values below
 # 1e-16 are roundoff).
 

@@ -94,7 +94,7 @@ plt.show()
 
 # %% [markdown]
 # ## Slices
-# The limit depends on (α, s) only through k = 4α(1+s²)/(1−s²) (THEORY [AZ-7.1]): plotted against
+# The limit depends on (α, s) only through k = 4α(1+s²)/(1−s²) (theory [AZ-7.1]): plotted against
 # k, all curves collapse.
 
 # %%

@@ -14,9 +14,9 @@
 # # 04 — Mirror flow, warped flow, and wide shallow networks
 #
 # Mirror flow ``d/dt ∇Φ(θ) = −η∇L(θ)`` with a separable potential centred at the initialization
-# (THEORY §1, §3), time-warped flows (THEORY §2.2), and Liang & Montúfar's result (THEORY §3): wide
-# univariate ReLU / |·| networks trained by mirror flow converge to the solution of a variational
-# problem, with an L∞ error that falls like ``n^{-1/2}``.
+# (docs/theory §1, §3), time-warped flows (docs/theory §2.2), and Liang & Montúfar's result
+# (docs/theory §3): wide univariate ReLU / |·| networks trained by mirror flow converge to the
+# solution of a variational problem, with an L∞ error that falls like ``n^{-1/2}``.
 #
 # With `IBFLOW_SMALL=1` in the environment the notebook uses tiny settings (the test suite
 # executes it that way). Randomness comes from explicit JAX keys only.
@@ -39,7 +39,7 @@ SMALL = os.environ.get("IBFLOW_SMALL") == "1"
 # ## 1. Mirror flow on a model linear in its parameters = Bregman projection
 #
 # For ``f(x) = ⟨θ, x⟩`` the mirror flow keeps ``∇Φ(θ(t)) − ∇Φ(θ(0)) ∈ range(Xᵀ)``, so its limit is
-# ``argmin_{Xθ=y} D_Φ(θ, θ(0))`` (THEORY §2.1 item 5). The potential changes the limit.
+# ``argmin_{Xθ=y} D_Φ(θ, θ(0))`` (docs/theory §2.1 item 5). The potential changes the limit.
 
 
 # %%
@@ -73,7 +73,7 @@ print("residuals:", np.asarray(jnp.abs(sols.predictor @ X.T - y).max(axis=1)))
 #
 # `WarpedFlow(flow, g)` multiplies the velocity by ``g(model, loss) > 0``. For the single-neuron
 # network ``f(x) = a⟨w, x⟩`` gradient flow obeys the warped mirror-descent identity
-# ``d/dt ∇Q(w̃) = −|a|∇L(w̃)`` with ``∇Q(w̃) = sign(a)·w`` (THEORY §2.4); warping by ``g = 1/|a|``
+# ``d/dt ∇Q(w̃) = −|a|∇L(w̃)`` with ``∇Q(w̃) = sign(a)·w`` (docs/theory §2.4); warping by ``g = 1/|a|``
 # turns it into a plain mirror flow of ``Q``.
 
 

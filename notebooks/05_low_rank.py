@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 05 — Low-rank bias of two-layer classifiers on nearly orthogonal data
 #
-# THEORY §4: a two-layer (leaky-)ReLU network $f(x;W)=\sum_j a_j\,\phi(\langle w_j,x\rangle)$
+# docs/theory §4: a two-layer (leaky-)ReLU network $f(x;W)=\sum_j a_j\,\phi(\langle w_j,x\rangle)$
 # with a fixed second layer $a_j=\pm1/\sqrt m$, trained by gradient flow on the logistic loss, has
 # $\|W\|\to\infty$. On nearly orthogonal data Frei et al. (2023) prove that $W/\|W\|$ tends to a
 # KKT point of the max-margin problem of stable rank $\le 2$ (leaky ReLU), and Kou et al. (2023)
@@ -23,7 +23,7 @@
 # $W(t)-W(0)\in\operatorname{span}\{x_i\}$) in the log-loss clock $s=-\log L$, so reaching loss
 # $10^{-8}$ costs about as much as reaching $10^{-2}$. It runs through the activation's kinks:
 # every crossing of a pre-activation through 0 is located, and pairs that the field pushes into
-# the kink from both sides *slide* on it (Filippov, THEORY §8.2; `Solution.kinks` counts them).
+# the kink from both sides *slide* on it (Filippov, docs/theory §8.2; `Solution.kinks` counts them).
 #
 # With `IBFLOW_SMALL=1` in the environment everything is tiny (the test suite executes it that
 # way). Randomness comes from explicit JAX keys only.
@@ -123,12 +123,13 @@ model = ibflow.TwoLayerClassifier.init(
 T, eta, every = (0.5, 2e-3, 25) if SMALL else (2.0, 1e-4, 2000)
 ts = jnp.linspace(0.0, T, int(round(T / (eta * every))) + 1)
 flow = ibflow.classification_flow(
-    model, data.X, data.y, clock="time", save_at=ts, clock_max=T, target_loss=1e-12, throw=False
+    model, data.X, data.y, flow=ibflow.GradientFlow(), save_at=ts, clock_max=T,
+    target_loss=1e-12, throw=False,
 )
 gd = ibflow.gradient_descent(
     model, data.X, data.y, learning_rate=eta, num_steps=every * (len(ts) - 1), save_every=every
 )
-print("max relative loss gap:", float(jnp.max(jnp.abs(gd.loss / flow.trajectory.loss - 1))))
+print("max relative loss gap:", float(jnp.max(jnp.abs(gd.trajectory.loss / flow.trajectory.loss - 1))))
 print(
     "stable rank, flow:",
     np.round(
@@ -137,7 +138,7 @@ print(
 )
 print(
     "stable rank, GD:  ",
-    np.round(np.asarray(ibflow.trajectory_diagnostics(gd, data.X, data.y).stable_rank), 3),
+    np.round(np.asarray(ibflow.trajectory_diagnostics(gd.trajectory, data.X, data.y).stable_rank), 3),
 )
 
 # %% [markdown]

@@ -15,9 +15,9 @@
 #
 # ibflow's limit points are differentiable (issue 8). Here we learn a **per-coordinate
 # initialization shape** $s\in(-1,1)^d$ of the diagonal linear network so that the gradient-flow
-# limit has a small **validation** error on sparse regression (THEORY §2.8 data), and compare with
+# limit has a small **validation** error on sparse regression (theory §2.8 data), and compare with
 # balanced $s=0$ and the best **uniform** shape from a sweep of actual flows. The gradient is exact:
-# the limit is $\arg\min Q_k$ s.t. $Xw=y$ with $k_i=4\alpha(1+s_i^2)/(1-s_i^2)$ (THEORY [AZ-T1],
+# the limit is $\arg\min Q_k$ s.t. $Xw=y$ with $k_i=4\alpha(1+s_i^2)/(1-s_i^2)$ (theory [AZ-T1],
 # [AZ-7.1]), differentiated by the implicit function theorem on its KKT system.
 #
 # With `IBFLOW_SMALL=1` in the environment the notebook runs on tiny settings (the test suite

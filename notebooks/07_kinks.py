@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 07 — Through the kinks: a leaky-ReLU neuron that slides
 #
-# THEORY §2.5 (Theorem 4) and §8.2. The neuron $f(x)=a\,\sigma(\langle w,x\rangle)$ with
+# docs/theory §2.5 (Theorem 4) and §8.2. The neuron $f(x)=a\,\sigma(\langle w,x\rangle)$ with
 # $\sigma(z)=\max(z,\gamma z)$ has a kink at $z=0$. When a pre-activation $z_i=\langle w,x_i\rangle$
 # reaches 0 and the one-sided vector fields push into $z_i=0$ from both sides, gradient flow is a
 # Filippov *sliding mode*: $z_i$ stays at 0 and the slope $\sigma'(0)=\lambda_i\in[\gamma,1]$ is

@@ -353,7 +353,7 @@ def test_order_is_a_strategy_and_does_not_change_results():
 
 @pytest.mark.parametrize("scale, shape", [(1e-4, 0.0), (0.1, 0.5), (2.0, -0.9)])
 def test_diagonal_cost_estimate_is_minus_log_k(scale, shape):
-    # THEORY [AZ-7.1]: the unbiased net's limit depends on k = 4α(1+s²)/(1−s²); the plateau
+    # docs/theory [AZ-7.1]: the unbiased net's limit depends on k = 4α(1+s²)/(1−s²); the plateau
     # lasts ~log(1/k) e-folds.
     model = ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=3)
     k = 4 * scale * (1 + shape**2) / (1 - shape**2)

@@ -86,7 +86,7 @@ def _check_work_precision(tmp_path, stdout):
     ratios = [r for r in table if len(r) == 7 and r[0] != "max error ≤"]
     assert [r[0] for r in ratios] == ["1e-04", "1e-06", "1e-08", "1e-10"]
     # Two processes, one cache directory: each traces the sweep's batch (traced programs are not
-    # kept across processes: ibflow/_trace_cache.py), the second loads its compiled programs
+    # kept across processes), the second loads its compiled programs
     # from JAX's persistent compilation cache instead of compiling them.
     processes = {r[0]: r for r in table if len(r) == 6 and r[0] in ("first", "second")}
     assert processes["first"][4] == "yes" and int(processes["second"][5]) > 0
@@ -95,7 +95,7 @@ def _check_work_precision(tmp_path, stdout):
 
 def test_work_precision_jacobians_match_finite_differences():
     """The analytic Jacobians given to LSODA/Radau/BDF (reduced ODE: −(2/n) X diag(P e^ρ +
-    N e^{−ρ}) Xᵀ, THEORY §8.1; the 4d-parameter ODE) against central differences."""
+    N e^{−ρ}) Xᵀ, docs/theory §8.1; the 4d-parameter ODE) against central differences."""
     import numpy as np
 
     from benchmarks import wp_peers
@@ -116,7 +116,7 @@ def test_work_precision_jacobians_match_finite_differences():
 
 
 def test_work_precision_reduced_ode_matches_parameter_ode():
-    """The two peer ODEs are the same flow (THEORY §2.3): same predictor at t = 2."""
+    """The two peer ODEs are the same flow (docs/theory §2.3): same predictor at t = 2."""
     import numpy as np
     import scipy.integrate
 

@@ -1,4 +1,4 @@
-"""Classification flows on nearly orthogonal data (THEORY §4): the reduced flow against independent
+"""Classification flows on nearly orthogonal data (theory §4): the reduced flow against independent
 references (full-parameter `integrate`, gradient descent, finite differences, scipy NNLS, numpy
 SVD) and the low-rank / max-margin claims on small instances."""
 
@@ -99,7 +99,7 @@ def test_reduced_flow_matches_full_parameter_warped_integrate(getkey, n, d):
     np.testing.assert_allclose(mine.trajectory.loss, ref.trajectory.loss, rtol=1e-7)
     for f in (lambda m: m.first, lambda m: m.second, lambda m: m.bias):
         np.testing.assert_allclose(f(mine.model), f(ref.model), rtol=1e-6, atol=1e-8)
-    # GF conserves aⱼ² − ‖wⱼ‖² − bⱼ² (THEORY §2.7).
+    # GF conserves aⱼ² − ‖wⱼ‖² − bⱼ² (docs/theory §2.7).
     np.testing.assert_allclose(mine.model.invariants()["balance"], model.invariants()["balance"],
                                atol=1e-8)
 
@@ -157,7 +157,7 @@ def test_flow_matches_small_step_gradient_descent(mixture):
 
 
 def test_leaky_relu_low_rank_and_equal_margins(leaky_run, mixture):
-    """THEORY §4.1 (Frei et al., Kou et al.): at loss 1e-6 the stable rank is ≤ 2 and the
+    """docs/theory §4.1 (Frei et al., Kou et al.): at loss 1e-6 the stable rank is ≤ 2 and the
     normalized margins of all points nearly agree."""
     sols = leaky_run
     assert bool(jnp.all(sols.converged))
@@ -180,7 +180,7 @@ def test_leaky_relu_low_rank_and_equal_margins(leaky_run, mixture):
 
 def test_relu_flow_slides_and_small_step_gd_converges_to_it(mixture):
     """A ReLU classifier through its kinks (the default): pairs with ``aⱼyᵢ < 0`` reach z = 0
-    and slide there (THEORY §8.2), where GD zigzags across the kink. GD at t = kη (optax, an
+    and slide there (docs/theory §8.2), where GD zigzags across the kink. GD at t = kη (optax, an
     independent algorithm on the parameters, not the span coordinates) converges to the flow's
     W(t) at first order: the error halves with η. (Richardson extrapolation does not help
     here: the zigzag makes GD's error non-smooth in η; measured 7.6e-4 from η = 2e-3, 1e-3

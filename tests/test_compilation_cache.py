@@ -105,8 +105,8 @@ def test_sweep_program_is_written_to_the_cache(tmp_path):
 
 # ----------------------------------------------------------------------------------------------
 # Persistent caches key on content: a second process never reuses a program that reads a value
-# the first process had otherwise (ibflow/_trace_cache.py, keyed on source files' modification
-# times, did: issue "Results that cannot be silently wrong", item 2).
+# the first process had otherwise (a trace cache keyed on source files' modification times
+# once did).
 
 CONSTANT_SCRIPT = """
 import json, os
@@ -146,13 +146,3 @@ def test_second_process_with_another_module_constant_computes_its_own_results(tm
     alone = _run_script(script, IBFLOW_CACHE_DIR="off", IBFLOW_TEST_K="4")
     assert second == alone
     assert second["parameters"] != first["parameters"]
-
-
-def test_the_trace_cache_is_gone():
-    # Nothing keyed on source text or file times is left: the shim only calls its function.
-    from ibflow import _trace_cache
-
-    calls = []
-    cached = _trace_cache.TraceCache("name", lambda a, b: calls.append((a, b)) or a + b, 2)
-    assert cached(3) == 5 and calls == [(2, 3)]
-    assert not hasattr(_trace_cache, "directory") or _trace_cache.directory() is None

@@ -1,6 +1,6 @@
 """Gradients of functions of the limit point (issue 8): through the solve (Diffrax, recursive
 checkpointing, Tsit5 + Kvaerno5 tail, event-terminated), by implicit differentiation of the
-KKT system of the exact regularizer (THEORY §2.1 item 5, §2.3–§2.5), and by central finite
+KKT system of the exact regularizer (docs/theory §2.1 item 5, §2.3–§2.5), and by central finite
 differences of the exact minimizer — three routes that must agree to 1e-6 relative.
 
 Each model family is one vmapped batch of random problems (d = 15, n = 6), so every route
@@ -20,7 +20,7 @@ import ibflow
 
 
 def layer_norms(alpha, shape):
-    """The authors' parametrization ([THEORY AZ-7.1][theory-az-7-1]), written here from the
+    """The authors' parametrization ([docs/theory AZ-7.1]), written here from the
     theory: ``(sqrt(α(1+s)/(1−s)), sqrt(α(1−s)/(1+s)))``, product α and relative gap s."""
     return jnp.sqrt(alpha * (1 + shape) / (1 - shape)), jnp.sqrt(alpha * (1 - shape) / (1 + shape))
 
@@ -123,7 +123,7 @@ def _data(key, count, teacher):
 # --- diagonal net: unbiased (per-coordinate scale and shape) and biased --------------------
 
 def _diagonal(p, _):
-    """Per-coordinate scale α and shape s (THEORY [AZ-7.1]) plus a perturbation of the four
+    """Per-coordinate scale α and shape s (docs/theory [AZ-7.1]) plus a perturbation of the four
     vectors: zero = unbiased start (Theorem 1), nonzero = biased (Appendix A)."""
     v0, u0 = layer_norms(p["scale"], p["shape"])
     b = p["bias"]
@@ -148,7 +148,7 @@ def test_diagonal_gradients_agree(getkey):
 
 def _neuron_setup(key, count, shapes):
     """Scale α ∈ (e⁻³, 1), the given shapes, and the fixed random direction of w₀ and sign of
-    a₀ (THEORY §2.4 parametrization: |a₀| = sqrt(α(1+s)/(1−s)), ‖w₀‖ = sqrt(α(1−s)/(1+s)))."""
+    a₀ (docs/theory §2.4 parametrization: |a₀| = sqrt(α(1+s)/(1−s)), ‖w₀‖ = sqrt(α(1−s)/(1+s)))."""
     k1, k2, k3 = jax.random.split(key, 3)
     scale = jnp.exp(jax.random.uniform(k1, (count,), minval=-3.0, maxval=0.0))
     direction = jax.random.normal(k2, (count, D))
@@ -180,7 +180,7 @@ def _leaky(p, aux):
 def test_single_neuron_gradients_agree(getkey, solve):
     count = 4
     X, y, Xt, target = _data(getkey(), count, lambda z: z)
-    # s = −0.3 gives δ < 0: the regularizer then needs the final sign of a (THEORY §2.4 flip
+    # s = −0.3 gives δ < 0: the regularizer then needs the final sign of a (docs/theory §2.4 flip
     # rule), read off the flow.
     params, aux = _neuron_setup(getkey(), count, [0.4, 0.0, 0.7, -0.3])
     params |= dict(X=X, y=y)
@@ -193,7 +193,7 @@ def test_single_neuron_gradients_agree(getkey, solve):
                          ids=["implicit-fd", "implicit-solve-fd"])
 def test_leaky_neuron_gradients_agree(solve):
     # Targets of both signs through the leaky ReLU, so the interpolation set is the affine
-    # σ⁻¹ one of THEORY [AZ-T4]. Fixed instances whose flows do not slide, so the solve route
+    # σ⁻¹ one of docs/theory [AZ-T4]. Fixed instances whose flows do not slide, so the solve route
     # runs the smooth path (`ParameterSpace(kinks=False)`): differentiating through the kink
     # path's segment loop agrees too (measured 2026-11-25) but costs ~200 s of tracing,
     # compilation and checkpointed reverse passes in this suite.
@@ -269,7 +269,7 @@ def test_bad_input():
 
 @pytest.mark.slow
 def test_plateau_gradient_with_few_checkpoints(getkey):
-    """α = 1e-5: a long plateau before the escape (THEORY §2.3, rich regime). With only 4
+    """α = 1e-5: a long plateau before the escape (docs/theory §2.3, rich regime). With only 4
     checkpoints the reverse pass recomputes most of the solve, and still matches the implicit
     route."""
     X, y, _, target = _data(getkey(), 1, lambda z: z)

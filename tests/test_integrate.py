@@ -57,7 +57,7 @@ def test_invariants_are_conserved(name, getkey):
 
 
 def _arcsinh_residual(model, w, X):
-    """Distance of arcsinh(2w/k) − arcsinh(2w₀/k) from range Xᵀ, relative (THEORY §2.3)."""
+    """Distance of arcsinh(2w/k) − arcsinh(2w₀/k) from range Xᵀ, relative (docs/theory §2.3)."""
     p, m = model.exp_coefficients()
     k = 4 * jnp.sqrt(p * m)  # k = 2 sqrt(K² − w0²) and K² − w0² = 4PN
     z = jnp.arcsinh(2 * w / k) - jnp.arcsinh(2 * model.predictor() / k)

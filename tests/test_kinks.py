@@ -1,5 +1,5 @@
-"""Exact flows through activation kinks (THEORY §8.2, issue 13): event-located switches and
-Filippov sliding, checked against Theorem 4's independent dual/KKT minimizer (THEORY §2.5)."""
+"""Exact flows through activation kinks (docs/theory §8.2, issue 13): event-located switches and
+Filippov sliding, checked against Theorem 4's independent dual/KKT minimizer (docs/theory §2.5)."""
 
 import equinox as eqx
 import jax
@@ -54,7 +54,7 @@ def _same_sign_leaky(key, gamma, alpha, s, n, d):
 
 
 def _gd_dagger(key, alpha, s):
-    """THEORY §7's "GD†" settings: γ = 0.2, n = 5, d = 12, 2-sparse w*, y = σ(Xw*)."""
+    """docs/theory §7's "GD†" settings: γ = 0.2, n = 5, d = 12, 2-sparse w*, y = σ(Xw*)."""
     kx, km, kw = jax.random.split(key, 3)
     X = jax.random.normal(kx, (5, 12))
     w_star = jnp.zeros(12).at[:2].set(jax.random.normal(kw, (2,)))
@@ -66,7 +66,7 @@ def _gd_dagger(key, alpha, s):
 def test_theorem4_through_kinks(getkey):
     """24 random realizable problems with mixed-sign targets (γ ∈ {0.1, 0.2, 0.3, 0.5}, scales
     1e-3…10, shapes across (−0.9, 0.9), both signs of a₀, n = 6, d = 20), 8 with same-sign
-    targets, and THEORY §7's three GD† settings: every run converges to the default target and
+    targets, and docs/theory §7's three GD† settings: every run converges to the default target and
     lands within 1e-10 of argmin Q on the affine set."""
     k = 24
     gammas = jnp.repeat(jnp.array([0.1, 0.2, 0.3, 0.5]), k // 4)
@@ -119,7 +119,7 @@ def test_theorem4_through_kinks(getkey):
 
 
 def _sliding_problem():
-    """γ = 0.3, n = 8, d = 30, α = 1, s = 0 (THEORY §8.2's setting); this seed slides."""
+    """γ = 0.3, n = 8, d = 30, α = 1, s = 0 (docs/theory §8.2's setting); this seed slides."""
     kx, km, kz = jax.random.split(jax.random.key(2), 3)
     X = jax.random.normal(kx, (8, 30))
     m = ibflow.LeakyReLUNeuron.from_scale_shape(1.0, 0.0, dim=30, slope=0.3, key=km)
@@ -128,7 +128,7 @@ def _sliding_problem():
 
 
 def test_warped_and_mirror_flows_slide_to_the_same_limit():
-    """A positive scalar warp (g = |a|, THEORY §2.4) and the mirror flow of the quadratic
+    """A positive scalar warp (g = |a|, docs/theory §2.4) and the mirror flow of the quadratic
     potential with η = 2 run the gradient flow's path at other speeds: same slides, same limit
     (argmin Q, the independent reference). A switch budget of 2 on the same problem ends
     `unresolved_switching` after exactly 2 switches, and a target above the tail's switch level
@@ -180,8 +180,8 @@ def test_bad_switch_budget_is_refused():
 
 def test_shallow_relu_net_slides_and_keeps_its_invariants():
     """`ShallowNet` (ReLU, width 16) on the four points of the mirror-relu reproduction, a(0) = 0:
-    kinks reach data points and slide along them (THEORY §8.2). Gradient flow conserves
-    ``a_k² − w_k² − b_k²`` per neuron for any slope ``σ'(0) ∈ [0, 1]`` (THEORY §2.7), so the
+    kinks reach data points and slide along them (docs/theory §8.2). Gradient flow conserves
+    ``a_k² − w_k² − b_k²`` per neuron for any slope ``σ'(0) ∈ [0, 1]`` (docs/theory §2.7), so the
     invariants are an independent check of every crossing and slide (a pair integrated on the
     wrong side breaks them). Seed 1 is an ill-conditioned, slow flow (t ≈ 1.4e5), stiff from
     loss 1e-2·L₀ on, where the tail takes over far from the interpolation set: with the
@@ -207,7 +207,7 @@ def test_shallow_relu_net_slides_and_keeps_its_invariants():
 def test_two_layer_abs_net_slides_to_interpolation_keeping_its_invariants():
     """`TwoLayerNet` with |·| (slopes [−1, 1]) and biases, d = 5, m = 8, n = 6 random targets:
     every flow slides and interpolates, and gradient flow conserves ``a_j² − ‖w_j‖² − b_j²``
-    per neuron through every crossing and slide (THEORY §2.7, the independent check). (The ReLU
+    per neuron through every crossing and slide (docs/theory §2.7, the independent check). (The ReLU
     version runs in tests/test_teacher_student.py; with random targets some ReLU flows end on
     a plateau of dead neurons, loss 1e-2 to 0.3, as ``budget_exhausted``.)"""
     slides = 0

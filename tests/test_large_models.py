@@ -1,5 +1,5 @@
 """Exact limits of models with 10³–10⁵ parameters through the parameter ODE (issue 12, "must be
-true" points 1 and 2; THEORY §2.3, §2.4, §8.1).
+true" points 1 and 2; docs/theory §2.3, §2.4, §8.1).
 
 Every run integrates the full parameter ODE (``formulation=ParameterSpace()``), so the implicit
 tail works on the n × p output Jacobian; the references are computed independently of the flow:
@@ -7,7 +7,7 @@ the Theorem-1 / Proposition-1 minimizers (`minimize_regularizer`, a dual Newton 
 closed-form regularizer) and, where no closed form exists, necessary conditions that gradient
 flow fixes by itself (interpolation, conserved quantities, row-space confinement).
 
-Data: the seed-1993 sparse regression of THEORY §2.8 (d = 1000, n = 100) unless stated.
+Data: the seed-1993 sparse regression of docs/theory §2.8 (d = 1000, n = 100) unless stated.
 """
 
 import equinox as eqx
@@ -89,7 +89,7 @@ def test_diagonal_parameter_flow_reaches_theorem1_minimizer():
 
 def _balanced_rank_one(width, alpha, d, seed=0):
     """Strictly balanced ``W₁ = a vᵀ``, ``‖v‖ = 1``, ``‖a‖² = α`` (so ``W₁W₁ᵀ = aaᵀ``: δ = 0),
-    and the width-1 net with the same end-to-end predictor ``w̃₀ = α v`` (THEORY §2.4)."""
+    and the width-1 net with the same end-to-end predictor ``w̃₀ = α v`` (docs/theory §2.4)."""
     ka, kv = jax.random.split(jax.random.key(seed))
     a = jax.random.normal(ka, (width,))
     a = a * jnp.sqrt(alpha) / jnp.linalg.norm(a)
@@ -138,7 +138,7 @@ def test_hundred_thousand_parameters_in_n_p_memory():
     peak of simultaneously live temporaries. Limit point (no closed form for this unbalanced
     start): the necessary conditions gradient flow fixes by itself, none computed from the flow's
     own machinery: interpolation ``Xw̃ = y``; the first layer moves only within ``range Xᵀ``
-    (``Ẇ₁ = −a (Xᵀr/n)ᵀ``); ``W₁W₁ᵀ − aaᵀ`` is conserved (THEORY §2.7)."""
+    (``Ẇ₁ = −a (Xᵀr/n)ᵀ``); ``W₁W₁ᵀ − aaᵀ`` is conserved (docs/theory §2.7)."""
     n, d, width = 20, 5000, 20
     X, y = _data(n, d)
     model = ibflow.FullyConnectedNet.from_scale_shape(1e-2, 0.5, dim=d, width=width,
@@ -172,7 +172,7 @@ def test_wide_relu_net_under_mirror_flow_reaches_its_limit():
     steps in all (3 812 measured).
 
     No closed form exists; the checks are computed here, outside the flow: the outputs
-    interpolate (numpy forward pass), and the hidden layer is lazy (THEORY §3.1, learning-rate
+    interpolate (numpy forward pass), and the hidden layer is lazy (docs/theory §3.1, learning-rate
     scaling: with η = 1/n each readout weight moves O(1/n) and (w, b) move O(1/n²); asserted
     loosely, hidden ≤ 0.1 · readout). The limit's accuracy
     against the same flow at rtol 1e-12 (1.1e-10) is measured in the benchmark's notes."""

@@ -173,7 +173,7 @@ def test_binary_task_and_digits():
     d = digits(n=50, n_test=20)
     assert d.X.shape == (50, 64) and float(d.X.min()) >= 0 and float(d.X.max()) <= 1
     assert set(np.unique(np.asarray(d.y))) == {-1.0, 1.0}
-    # Digits are far from orthogonal; the seed mixture is close to it (THEORY §4.1).
+    # Digits are far from orthogonal; the seed mixture is close to it (docs/theory §4.1).
     assert float(near_orthogonality(d.X)) > 10
     import jax
 

@@ -37,7 +37,7 @@ def test_mirror_descent_approaches_mirror_flow(getkey):
     assert errors[0] > errors[1] > errors[2]
     np.testing.assert_allclose(errors[0] / errors[1], 2.0, rtol=0.1)
     np.testing.assert_allclose(errors[1] / errors[2], 2.0, rtol=0.1)
-    # the limit of mirror descent is the flow's (same Bregman projection, THEORY §2.1 item 5)
+    # the limit of mirror descent is the flow's (same Bregman projection, docs/theory §2.1 item 5)
     res = ib.descend(model, X, y, optimizer=ib.mirror_descent(phi, learning_rate=0.05),
                      num_steps=20000)
     assert float(res.losses[-1]) < 1e-24

@@ -20,7 +20,7 @@ class _Warp(eqx.Module):
         return self.c * jnp.abs(model.second[0]) ** self.p * (1 + self.q * loss)
 
 
-# members: g = |a| (THEORY §2.4), g = 1/|a|, g = 1 + 10 L (loss-dependent), g = −1 (invalid)
+# members: g = |a| (docs/theory §2.4), g = 1/|a|, g = 1 + 10 L (loss-dependent), g = −1 (invalid)
 WARPS = dict(c=jnp.array([1.0, 1.0, 1.0, -1.0]), p=jnp.array([1.0, -1.0, 0.0, 0.0]),
              q=jnp.array([0.0, 0.0, 10.0, 0.0]))
 TS = jnp.concatenate([jnp.zeros(1), jnp.geomspace(1e-3, 1e3, 3000)])
@@ -31,7 +31,7 @@ def runs():
     key = jax.random.split(jax.random.key(7), 3)
     X = jax.random.normal(key[0], (2, 3))
     y = jax.random.normal(key[1], (2,))
-    # δ = a² − ‖w‖² > 0 (s = 0.5), so a never changes sign (THEORY §2.4).
+    # δ = a² − ‖w‖² > 0 (s = 0.5), so a never changes sign (docs/theory §2.4).
     model = ib.FullyConnectedNet.from_scale_shape(0.5, 0.5, dim=3, width=1, key=key[2])
     gf = ib.integrate(model, X, y, save_at=TS)
     warps = jax.vmap(lambda c, p, q: ib.WarpedFlow(ib.GradientFlow(), _Warp(c, p, q)))(
@@ -92,7 +92,7 @@ def _cumulative_trapezoid(f, ts):
 
 
 def test_single_neuron_warped_mirror_descent_identity(runs):
-    """THEORY §2.4: along gradient flow d/dt ∇Q(w̃) = −|a| ∇L(w̃); under the warp g = 1/|a|
+    """docs/theory §2.4: along gradient flow d/dt ∇Q(w̃) = −|a| ∇L(w̃); under the warp g = 1/|a|
     the same path is a plain IMD, d/dτ ∇Q(w̃) = −∇L(w̃). Checked by integrating the right side
     along the saved trajectory (trapezoid on 3000 log-spaced times)."""
     X, y, model, gf, warped = runs

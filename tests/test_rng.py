@@ -4,7 +4,7 @@
 (``jax/_src/clusters/k8s_cluster.py`` evaluates ``np.random.rand(5)`` as a default argument), so
 a user who calls ``np.random.seed(s)`` and then imports jax or ibflow gets shifted global draws.
 ibflow never uses the global generator: its data come from explicit JAX keys
-(``jax.random.key(1993)`` for the THEORY §2.8 problem) or from ``np.random.default_rng(seed)``
+(``jax.random.key(1993)`` for the docs/theory §2.8 problem) or from ``np.random.default_rng(seed)``
 objects. These tests run fresh interpreters, because the effect happens at import time.
 """
 

@@ -1,4 +1,4 @@
-"""ShallowNet: initialization of THEORY §3, input shapes, invariants, lazy mirror-flow training."""
+"""ShallowNet: initialization of theory §3, input shapes, invariants, lazy mirror-flow training."""
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +51,7 @@ def test_forward_shapes_and_values(getkey):
 
 def test_gradient_flow_invariants_and_lazy_mirror_flow(getkey):
     """GF conserves a_k² − w_k² − b_k²; a wide net trained with learning rate 1/n interpolates
-    and its hidden layer barely moves (THEORY §3.1: (w, b) lazy)."""
+    and its hidden layer barely moves (docs/theory §3.1: (w, b) lazy)."""
     X = jnp.array([[-0.8], [-0.3], [0.2], [0.7]])
     y = jnp.array([0.2, -0.1, 0.1, 0.3])
     net = ib.ShallowNet.init(16, output_std=1.0, key=getkey())

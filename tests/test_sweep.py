@@ -153,7 +153,7 @@ def test_sweep_over_leaky_neuron_records_test_error_of_its_outputs():
     grid = ibflow.Grid(scale=[0.05, 0.2], seed=[0, 1, 2])
     res = ibflow.sweep(Leaky(d), grid, data, chunk_size=4, progress=False, rtol=1e-8,
                        atol=1e-12, target_loss=1e-12, references=())
-    # A piecewise-linear model also records its kink events per member (THEORY §8.2).
+    # A piecewise-linear model also records its kink events per member (docs/theory §8.2).
     assert set(res.fields) == {"loss", "steps", "time", "status", "test_error", "predictor",
                                "parameters", "switches", "slides", "sliding_time"}
     assert res.converged.all()

@@ -1,4 +1,4 @@
-"""The Hessian-map test (THEORY §2.1 [AZ-HMC], §2.2 [AZ-WARP]) and the predictor-space metric J Jᵀ.
+"""The Hessian-map test (theory §2.1 [AZ-HMC], §2.2 [AZ-WARP]) and the predictor-space metric J Jᵀ.
 
 References are independent of the code under test: hand-written Jacobians / invariants, an
 analytic value of ∂H for the single neuron, and central finite differences.
@@ -98,7 +98,7 @@ def test_diagonal_net_passes(getkey):
 
 @pytest.mark.parametrize("d", [2, 12])
 def test_single_neuron_fails_and_warp_repairs(getkey, d):
-    """[AZ-HMC] fails for the single FC neuron for d ≥ 2 (relative asymmetry O(1), THEORY §2.1);
+    """[AZ-HMC] fails for the single FC neuron for d ≥ 2 (relative asymmetry O(1), theory §2.1);
     g = |a| repairs it exactly ([AZ-WARP])."""
     deltas = jnp.array([0.0, 1.0, -0.5, 17.8, -26.7])
     w = jax.random.normal(getkey(), (deltas.shape[0], d))

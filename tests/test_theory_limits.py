@@ -1,5 +1,5 @@
 """Flow limits from ``ibflow.integrate`` against ``ibflow.minimize_regularizer(implicit_bias(...))``
-(THEORY §2.3–§2.5), and the regime limits of the regularizers with measured trends.
+(docs/theory §2.3–§2.5), and the regime limits of the regularizers with measured trends.
 
 Theorems 1 and 2 are checked on 10 random problems (d = 50, n = 20 or 10, scales 1e-3…10, shapes
 across (−1, 1)), vmapped into one `integrate` call and one `minimize_regularizer` call.
@@ -65,7 +65,7 @@ def test_theorem1_flow_matches_minimizer(getkey):
     assert np.all(np.asarray(res.converged))
     err = _relative(sol.predictor, res.w)
     assert np.max(err) < TOL, err
-    # The biased members really are biased: dropping the w₀ term is far off (THEORY §2.3 table).
+    # The biased members really are biased: dropping the w₀ term is far off (theory §2.3 table).
     unbiased_Q = eqx.filter_vmap(lambda k: ibflow.DiagonalNetRegularizer(k, jnp.zeros_like(k)))(Q.k)
     wrong = _relative(_minimize(unbiased_Q, X, y).w, res.w)[10:]
     assert np.min(wrong) > 1e-3, wrong
@@ -122,7 +122,7 @@ def test_theorem2_flow_matches_minimizer_with_flip_rule(getkey):
     delta = np.asarray(a0**2 - jnp.sum(models.first[:, 0] ** 2, axis=-1))
     assert not np.any(flipped[:30]), "only the last case was built to flip"
     assert np.sum(flipped[30:]) >= 8, flipped  # the flip case really flips
-    assert np.all(delta[flipped] < 0)          # and only δ < 0 can flip (THEORY §2.4)
+    assert np.all(delta[flipped] < 0)          # and only δ < 0 can flip (docs/theory §2.4)
     Q = eqx.filter_vmap(lambda m, s: ibflow.implicit_bias(m, final_sign=s))(models, jnp.sign(a_end))
     res = _minimize(Q, X, y)
     assert np.all(np.asarray(res.converged))
@@ -147,7 +147,7 @@ def _slope(x, y):
 
 
 def test_diagonal_rich_limit_approaches_min_l1(getkey):
-    """α → 0 at fixed s: the limit approaches the min-ℓ1 interpolant (THEORY §2.3 "Limits")."""
+    """α → 0 at fixed s: the limit approaches the min-ℓ1 interpolant (docs/theory §2.3 "Limits")."""
     X, y = _sparse_problem(getkey(), 20)
     w_l1 = ibflow.min_l1_interpolant(X, y)
     alphas = jnp.logspace(-2, -12, 6)
@@ -165,7 +165,7 @@ def test_diagonal_rich_limit_approaches_min_l1(getkey):
 
 def test_diagonal_kernel_limits_approach_weighted_l2(getkey):
     """s → 1 at fixed α and α → ∞ at fixed s: the limit approaches the weighted-ℓ2 (NTK)
-    interpolant ``argmin Σ wᵢ²/(2kᵢ)`` (THEORY §2.3 "Limits"), with distance ∝ 1/k²
+    interpolant ``argmin Σ wᵢ²/(2kᵢ)`` (docs/theory §2.3 "Limits"), with distance ∝ 1/k²
     (``q_k(x) = x²/2k − x⁴/6k³ + …``)."""
     X, y = _sparse_problem(getkey(), 20)
     s_i = jax.random.uniform(getkey(), (D,), minval=-0.5, maxval=0.5)  # unequal k_i
@@ -188,7 +188,7 @@ def test_diagonal_kernel_limits_approach_weighted_l2(getkey):
     assert np.all(np.diff(d_alpha) < 0) and np.all(np.diff(d_shape) < 0), (d_alpha, d_shape)
     assert abs(_slope(np.asarray(alphas), d_alpha) + 2) < 0.1, d_alpha
     assert abs(_slope(np.asarray(one_minus_s), d_shape) - 2) < 0.1, d_shape
-    # Unequal k_i: the limit is weighted, not plain ℓ2 (THEORY [V]: 0.55 at α = 10).
+    # Unequal k_i: the limit is weighted, not plain ℓ2 (docs/theory [V]: 0.55 at α = 10).
     l2 = ibflow.min_l2_interpolant(X, y)
     Q = ibflow.DiagonalNetRegularizer.from_scale_shape(1e3, s_i * 1.8, dim=D)
     w = ibflow.minimize_regularizer(Q, X, y).w
@@ -196,7 +196,7 @@ def test_diagonal_kernel_limits_approach_weighted_l2(getkey):
 
 
 def test_single_neuron_vanishing_init_approaches_min_l2(getkey):
-    """Theorem 3 (THEORY [AZ-T3]): α → 0 at fixed s gives ``X⁺y`` with distance ∝ α^{1/2}."""
+    """Theorem 3 (docs/theory [AZ-T3]): α → 0 at fixed s gives ``X⁺y`` with distance ∝ α^{1/2}."""
     X, y = _sparse_problem(getkey(), 10)
     l2 = ibflow.min_l2_interpolant(X, y)
     alphas = jnp.logspace(-1, -7, 4)

@@ -93,8 +93,8 @@ def test_l1_by_linear_program(getkey):
 
 
 def test_extreme_parameters_converge_with_certificate(getkey):
-    """Small k (rich regime: plain Newton from ν = 0 overflows, THEORY §2.3 solver tip) and
-    large |δ| (SLSQP fails there, THEORY §2.4): certified by feasibility + stationarity."""
+    """Small k (rich regime: plain Newton from ν = 0 overflows, docs/theory §2.3 solver tip) and
+    large |δ| (SLSQP fails there, docs/theory §2.4): certified by feasibility + stationarity."""
     X, y = _problem(getkey(), 10, 30)
     extremes = [ibflow.DiagonalNetRegularizer.from_scale_shape(a, 0.3, dim=30)
                 for a in (1e-30, 1e-100)]

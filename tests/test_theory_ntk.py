@@ -1,4 +1,4 @@
-"""Tangent kernel at initialization, NTK-limit predictor and RKHS norm (THEORY §2.4 [AZ-F])."""
+"""Tangent kernel at initialization, NTK-limit predictor and RKHS norm (docs/theory §2.4 [AZ-F])."""
 
 import diffrax as dfx
 import equinox as eqx
@@ -55,7 +55,7 @@ def test_tangent_kernel_general_model(getkey):
 
 def test_diagonal_ntk_limit_is_weighted_l2(getkey):
     """Unbiased diagonal net, per-coordinate α and s: M₀ = diag(k) and the NTK limit is the
-    weighted-ℓ2 interpolant argmin Σ wᵢ²/kᵢ (THEORY §2.3 limits), computed here by numpy's
+    weighted-ℓ2 interpolant argmin Σ wᵢ²/kᵢ (docs/theory §2.3 limits), computed here by numpy's
     pseudo-inverse of X diag(√k)."""
     n, d = 6, 15
     X = jax.random.normal(getkey(), (n, d))
@@ -112,7 +112,7 @@ def regime():
     `integrate` at α ∈ {1e2, 1e3, 1e4}, for targets relative to the initial outputs
     (y = Xw̃₀ + r; s ∈ {0, 0.5, −0.5}) and for fixed targets y = r (s ∈ {0, 0.5}).
     All 15 runs in one vmapped solve. The error is ‖w̃_GF − w̃_NTK‖ / ‖w̃_GF − w̃₀‖ (relative to
-    the displacement), the normalisation that reproduces THEORY §2.4's numbers."""
+    the displacement), the normalisation that reproduces docs/theory §2.4's numbers."""
     n, d = 5, 12
     kx, ks, kinit = jax.random.split(jax.random.key(20260), 3)
     X = jax.random.normal(kx, (n, d))
@@ -151,13 +151,13 @@ def test_mahalanobis_error_falls_like_one_over_alpha(regime):
         e = err[(s, True)]
         slope = np.polyfit(np.log(alphas), np.log(e), 1)[0]
         assert -1.05 < slope < -0.95, (s, e, slope)
-    # magnitude at α = 100, s = 0 (THEORY: 2.5e-3 on its own random problem)
+    # magnitude at α = 100, s = 0 (docs/theory: 2.5e-3 on its own random problem)
     assert 3e-4 < err[(0.0, True)][0] < 1e-2
 
 
 def test_caveat_fixed_targets_level_off(regime):
     """y = O(1) with a biased start: the initial outputs O(α) must be undone, the lazy regime is
-    never entered and the error levels off (THEORY: 11% at s = 0, 2.2% at s = 0.5)."""
+    never entered and the error levels off (docs/theory: 11% at s = 0, 2.2% at s = 0.5)."""
     _, err = regime
     for s in (0.0, 0.5):
         e = err[(s, False)]

@@ -1,4 +1,4 @@
-"""Regularizers: values against THEORY's closed forms written independently, gradients against
+"""Regularizers: values against the theory's closed forms written independently, gradients against
 autodiff and finite differences, gradient inverses, conjugates (Fenchel–Young), overflow
 robustness, and `implicit_bias` dispatch and refusals."""
 
@@ -56,7 +56,7 @@ def test_gradient_inverse_and_conjugate(name, getkey):
 
 
 def _q_authors(x, k):
-    """The authors' ``q_func`` (THEORY §2.3, [C])."""
+    """The authors' ``q_func`` (docs/theory §2.3, [C])."""
     return k / 4 * (1 - np.sqrt(1 + 4 * x**2 / k**2) + 2 * x / k * np.arcsinh(2 * x / k))
 
 
@@ -95,7 +95,7 @@ def test_tied_weights(getkey):
 
 
 def _q_delta_code(rho, delta):
-    """The authors' first form of q_δ (THEORY [AZ-FC-Q], [C])."""
+    """The authors' first form of q_δ (docs/theory [AZ-FC-Q], [C])."""
     S = np.sqrt(rho**2 + delta**2 / 4)
     return (rho**2 - delta / 2 * (delta / 2 + S)) * np.sqrt(S - delta / 2) / rho
 
@@ -124,7 +124,7 @@ def test_single_neuron_value_matches_theory(delta, getkey):
 
 
 def test_overflow_robust_extremes():
-    """Small k and large |δ| (THEORY §2.3 solver tip, §2.4): finite and consistent."""
+    """Small k and large |δ| (docs/theory §2.3 solver tip, §2.4): finite and consistent."""
     w = jnp.array([1.0, -2.0, 0.5, 1e-3])
     for k in (1e-30, 1e-200, 1e10):
         Q = ibflow.DiagonalNetRegularizer(k=jnp.full(4, k), w0=jnp.zeros(4))

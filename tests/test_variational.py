@@ -41,7 +41,8 @@ def _kernel_solution(act, half_width=2.0):
 
 
 def test_relu_variational_is_min_norm_random_features():
-    """THEORY [LM-G]: argmin 𝒢₁+𝒢₂+𝒢₃ = infinite-width min-‖Δa‖ interpolant (2.7e-5 in THEORY)."""
+    """docs/theory [LM-G]: argmin 𝒢₁+𝒢₂+𝒢₃ = infinite-width min-‖Δa‖ interpolant (2.7e-5
+    there)."""
     sol = ib.relu_variational(X, H, bias=ib.UniformBias(2.0), num_grid=1500)
     np.testing.assert_allclose(np.asarray(sol(X)), H, atol=1e-12)
     np.testing.assert_allclose(np.asarray(sol(GRID)), _kernel_solution("relu"), atol=2e-5)

@@ -4,6 +4,7 @@ Diffrax's recursive checkpointing, in memory bounded by the number of checkpoint
 import diffrax as dfx
 from jaxtyping import ArrayLike, Float
 
+from .. import _checks
 from .._integrate import integrate
 from .._models.base import AbstractModel
 from .._solution import Solution
@@ -17,8 +18,8 @@ def checkpointed_adjoint(checkpoints: int | None) -> dfx.RecursiveCheckpointAdjo
     recomputation: run time grows from ~2× to ~``N/c``× the forward solve as ``c`` shrinks).
     ``None`` is Diffrax's default ``c ≈ sqrt(2·max_steps)``.
     """
-    if checkpoints is not None and (not isinstance(checkpoints, int) or checkpoints < 1):
-        raise ValueError(f"checkpoints must be None or an integer >= 1; got {checkpoints!r}.")
+    if checkpoints is not None:
+        checkpoints = _checks.width(checkpoints, "checkpoints (None or a count)")
     return dfx.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
 
 

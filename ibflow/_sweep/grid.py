@@ -55,3 +55,10 @@ class Grid:
 
     def __repr__(self) -> str:
         return "Grid(" + ", ".join(f"{k}[{len(v)}]" for k, v in self.axes.items()) + ")"
+
+
+def checked_grid(grid) -> Grid:
+    """`grid` itself, or a ValueError naming the argument when it is not a `Grid`."""
+    if not isinstance(grid, Grid):
+        raise ValueError(f"grid must be an ibflow.Grid; got {type(grid).__name__}.")
+    return grid

@@ -4,9 +4,13 @@ import json
 import warnings
 from pathlib import Path
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-from .._status import STATUS_NAMES, status_code
+from .._result import AbstractResult
+from .._status import STATUS_NAMES, Status, status_code
 from . import store as _store
 
 #: Per-variable attributes of the labeled view (CF-style ``units`` and ``long_name``).
@@ -68,7 +72,7 @@ def assemble(records: dict[tuple[int, int], dict[str, np.ndarray]], lead_shape: 
     return {k: v.reshape(lead_shape + v.shape[2:]) for k, v in fields.items()}
 
 
-class SweepResult:
+class SweepResult(AbstractResult):
     """Per-member results in grid order.
 
     - ``fields``: name → array of shape ``dims`` (+ trailing dims, e.g. ``(d,)`` for
@@ -81,11 +85,19 @@ class SweepResult:
     - ``axes``: the dimensions (name → values), in order: ``dataset`` for a list of data sets,
       then the grid axes.
     - ``metadata``: the ``sweep.json`` contents.
+
+    `status` is the ``status`` field as a `Status` (one item per member), so `converged` and
+    `summary` are those of every other result.
     """
 
-    def __init__(self, fields: dict[str, np.ndarray], axes: dict[str, np.ndarray],
-                 metadata: dict):
-        self.fields, self.axes, self.metadata = fields, axes, metadata
+    fields: dict[str, np.ndarray]
+    axes: dict[str, np.ndarray]
+    metadata: dict
+
+    @property
+    def status(self) -> Status:
+        codes = jnp.asarray(self.fields["status"], dtype=Status.converged._value.dtype)
+        return eqx.tree_at(lambda s: s._value, Status.converged, codes)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.fields[name]
@@ -97,17 +109,9 @@ class SweepResult:
     def status_names(self) -> dict[int, str]:
         return {status_code(n): n for n in STATUS_NAMES}
 
-    @property
-    def converged(self) -> np.ndarray:
-        return self.fields["status"] == status_code("converged")
-
     def model(self, build, **params):
         """The final model of the member with these axis values (every axis, by value), rebuilt
         from ``parameters`` on the structure of ``build(**build_params)``."""
-        import equinox as eqx
-        import jax.numpy as jnp
-        from jax.flatten_util import ravel_pytree
-
         missing = sorted(set(self.axes) - set(params))
         if missing:
             raise ValueError(f"model() needs a value for every axis; missing {missing}.")

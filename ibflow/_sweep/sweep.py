@@ -8,9 +8,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
@@ -23,12 +25,13 @@ from .._kinks.base import AbstractSwitchingDynamics
 from .._losses import SquareLoss
 from .._models.base import AbstractPredictorModel
 from .._progress import bar as _bar
-from ..data._regression import RegressionData
+from .._version import __version__
+from ..data._regression import regression_arrays
 from . import identity
 from . import plan as _plan
 from . import store as _store
 from .executor import Executor
-from .grid import Grid
+from .grid import Grid, checked_grid
 from .order import AbstractOrder, CostOrder, GridOrder
 from .result import STATUS_NAMES, SweepResult, assemble, status_code
 
@@ -96,8 +99,7 @@ def sweep(
     """
     options = _plan.integrate_options(integrate)
     _plan.check_options(integrate_options, options)
-    if not isinstance(grid, Grid):
-        raise ValueError(f"grid must be an ibflow.Grid; got {type(grid).__name__}.")
+    checked_grid(grid)
     if order is not None and not isinstance(order, AbstractOrder):
         raise ValueError("order must be an ibflow.AbstractOrder (e.g. CostOrder()) or None.")
     references = _checked_references(references)
@@ -131,8 +133,8 @@ def sweep(
                         "X_test" in datasets[0], devices)
     refs = [{r: _REFERENCES[r](ds["X"], ds["y"]) for r in references} for ds in datasets]
     if out is None:
-        return _finish(_run(plan, executor, datasets, refs, None, progress, "sweep"), plan, metadata,
-                       multi, grid, None)
+        records = _run(plan, executor, datasets, refs, None, progress, "sweep")
+        return _finish(records, plan, metadata, multi, grid, None)
     store = _store.Store(out)
     with store.locked():
         store.claim(metadata)
@@ -159,8 +161,9 @@ def _as_datasets(data) -> tuple[list[dict[str, np.ndarray]], bool]:
         raise ValueError("data is an empty list.")
     out = []
     for item in items:
-        if isinstance(item, RegressionData):
-            X, y, Xt, yt = item.X, item.y, item.X_test, item.y_test
+        arrays = regression_arrays(item)
+        if arrays is not None:
+            X, y, Xt, yt = arrays
         elif isinstance(item, tuple) and len(item) in (2, 4):
             X, y, Xt, yt = (*item, None, None) if len(item) == 2 else item
         else:
@@ -253,11 +256,8 @@ def _refuse(build, build_params: dict, grid: Grid, bad: np.ndarray) -> None:
 def _through_kinks(model, dataset: dict, integrate_options: dict) -> bool:
     """Whether ``integrate`` runs this model through its kinks (its records then carry the kink
     counts), decided as ``integrate`` decides it: by the formulation's dynamics."""
-    with warnings.catch_warnings():  # the deprecated `method=` warns in each member's solve
-        warnings.simplefilter("ignore", DeprecationWarning)
-        formulation = _integrate._formulation(integrate_options.get("method"),
-                                              integrate_options.get("formulation",
-                                                                    PreferReduction()))
+    formulation = _integrate._formulation(integrate_options.get("formulation",
+                                                                PreferReduction()))
     X, y = _checks.data(dataset["X"], dataset["y"])
     dynamics = type(formulation).dynamics(
         formulation, model, X, y, integrate_options.get("flow", GradientFlow()),
@@ -376,14 +376,8 @@ def _finish(records, plan, metadata, multi, grid, store) -> SweepResult:
 
 
 def _versions() -> dict[str, str]:
-    import diffrax
-    import equinox
-    import jaxlib
-
-    from .. import __version__
-
     return {"ibflow": __version__, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-            "diffrax": diffrax.__version__, "equinox": equinox.__version__}
+            "diffrax": dfx.__version__, "equinox": eqx.__version__}
 
 
 def _progress(total, done, enabled, label):

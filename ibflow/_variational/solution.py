@@ -17,8 +17,7 @@ def midpoint_grid(bias: AbstractBiasDistribution, num_grid: int):
     """Cell midpoints ``t_j`` and widths ``ω_j`` of a uniform grid on ``bias.interval()``."""
     if not isinstance(bias, AbstractBiasDistribution):
         raise ValueError("bias must be an AbstractBiasDistribution (UniformBias, GaussianBias).")
-    if not isinstance(num_grid, int) or isinstance(num_grid, bool) or num_grid < 8:
-        raise ValueError(f"num_grid must be an integer >= 8; got {num_grid!r}.")
+    num_grid = _checks.width(num_grid, "num_grid", low=8)
     lo, hi = bias.interval()
     h = (hi - lo) / num_grid
     t = lo + h * (jnp.arange(num_grid, dtype=float) + 0.5)

@@ -38,8 +38,7 @@ def gaussian_mixture(
     """
     for name, v in dict(n=n, d=d).items():
         _checks.width(v, name)
-    if not (isinstance(n_test, int) and not isinstance(n_test, bool) and n_test >= 0):
-        raise ValueError(f"n_test must be an integer >= 0; got {n_test!r}.")
+    n_test = _checks.width(n_test, "n_test", low=0)
     sigma_p = _checks.real_scalar(sigma_p, "sigma_p", nonnegative=True)
     sigma_e = _checks.real_scalar(sigma_e, "sigma_e", positive=True)
     km, kz, ky, kzt, kyt = jax.random.split(key, 5)
@@ -96,8 +95,7 @@ def binary_task(
                          f"{labels.shape}.")
     scale = float(_checks.real_scalar(scale, "scale", positive=True))
     for name, v in dict(n_test=n_test, seed=seed).items():
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{name} must be an integer >= 0; got {v!r}.")
+        _checks.width(v, name, low=0)
     if n is not None:
         _checks.width(n, "n")
     positive, negative = np.atleast_1d(positive), np.atleast_1d(negative)

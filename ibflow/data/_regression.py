@@ -26,6 +26,14 @@ class RegressionData(eqx.Module):
         return jnp.mean((jnp.asarray(w) @ self.X_test.T - self.y_test) ** 2, axis=-1)
 
 
+def regression_arrays(data) -> tuple[Array, Array, Array, Array] | None:
+    """``(X, y, X_test, y_test)`` of a `RegressionData`, None for anything else (a sweep's
+    ``data`` may also be an ``(X, y)`` tuple)."""
+    if isinstance(data, RegressionData):
+        return data.X, data.y, data.X_test, data.y_test
+    return None
+
+
 def sparse_regression(
     key: PRNGKeyArray, n: int = 100, d: int = 1000, k: int = 5, noise: float = 0.1,
     n_test: int = 2000,

@@ -1,0 +1,157 @@
+"""Flows that end at a stationary point above their target ([THEORY §8.3]): `Status.stationary`,
+its Newton polish, and the cases that must not trigger it (interpolating flows, plateaus near
+the saddle at 0). References: dense ``jax.hessian`` eigenvalues, ``jax.grad``, and gradient
+descent with Richardson extrapolation ``2·θ(η/2) − θ(η)`` (THEORY §8.2)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+import ibflow
+
+
+def _teacher_data():
+    """A width-3 tanh teacher (scale 2) on 12 Gaussian inputs in d = 2: a width-1 student cannot
+    interpolate it, so its flows end at positive loss."""
+    teacher = ibflow.MLP.from_scale_shape(2.0, dim=2, widths=(3,), activation=ibflow.Tanh(),
+                                          bias=True, key=jax.random.key(5))
+    return ibflow.data.teacher_student(jax.random.key(0), n=12, d=2, teacher=teacher)
+
+
+def _student(width, seed):
+    return ibflow.MLP.from_scale_shape(1.0, dim=2, widths=(width,), activation=ibflow.Tanh(),
+                                       bias=True, key=jax.random.key(seed))
+
+
+def _flat_loss(model, X, y):
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    theta, unravel = ravel_pytree(params)
+
+    def loss(t):
+        return 0.5 * jnp.mean((jax.vmap(eqx.combine(unravel(t), static))(X) - y) ** 2)
+
+    return theta, loss
+
+
+def _gd_richardson(model, X, y, eta, steps):
+    """GD at step η and η/2 (twice the steps), extrapolated: removes GD's O(η) error."""
+    def gd(lr, n):
+        res = ibflow.descend(model, X, y, optimizer=optax.sgd(lr), num_steps=n)
+        return ravel_pytree(eqx.filter(res.model, eqx.is_inexact_array))[0]
+
+    return 2 * gd(eta / 2, 2 * steps) - gd(eta, steps)
+
+
+def test_spurious_minimum_ends_stationary_at_roundoff():
+    data = _teacher_data()
+    student = _student(1, 0)
+    sol = ibflow.integrate(student, data.X, data.y, throw=False)
+    assert sol.status == ibflow.Status.stationary, ibflow.Status[sol.status]
+    assert float(sol.loss) > 1e3 * float(sol.target_loss)
+    assert np.isinf(float(sol.time))  # the limit, as Newton's tail reports it
+    theta, loss = _flat_loss(sol.model, data.X, data.y)
+    theta0, _ = _flat_loss(student, data.X, data.y)
+    g0 = np.linalg.norm(jax.grad(loss)(theta0))
+    assert np.linalg.norm(jax.grad(loss)(theta)) <= 1e-13 * g0
+    eigenvalues = np.linalg.eigvalsh(np.asarray(jax.hessian(loss)(theta)))
+    assert eigenvalues[0] > 0  # an isolated (strict) minimum, not a saddle
+    cert = ibflow.certify(sol.model, data.X, data.y)
+    assert cert.verdict == "minimum"
+    np.testing.assert_allclose(cert.hessian_min, eigenvalues[0], rtol=1e-8)
+    # Gradient descent reaches the same point: λ_min ≈ 3e-3, so 2·10⁵ steps of 0.05 contract
+    # the distance by e^{-30}.
+    reference = _gd_richardson(student, data.X, data.y, 0.1, 100_000)
+    np.testing.assert_allclose(theta, reference, atol=1e-7)
+
+
+def test_symmetric_start_reaches_a_saddle_and_says_so():
+    """Two identical hidden neurons (each carrying half the output weight) stay identical under
+    the flow: it converges inside that symmetric subspace, to a point where splitting the
+    neurons would lower the loss, a saddle of the full space."""
+    data = _teacher_data()
+    one = _student(1, 1)
+    (w1, w2), (b1, b2) = one.weights, one.biases
+    twin = ibflow.MLP(weights=(jnp.concatenate([w1, w1]), jnp.concatenate([w2, w2], 1) / 2),
+                      biases=(jnp.concatenate([b1, b1]), b2), activation=ibflow.Tanh())
+    sol = ibflow.integrate(twin, data.X, data.y, throw=False)
+    assert sol.status == ibflow.Status.stationary, ibflow.Status[sol.status]
+    first = sol.model.weights[0]
+    np.testing.assert_allclose(first[0], first[1], rtol=1e-12)
+    theta, loss = _flat_loss(sol.model, data.X, data.y)
+    assert np.linalg.norm(jax.grad(loss)(theta)) < 1e-14
+    eigenvalues = np.linalg.eigvalsh(np.asarray(jax.hessian(loss)(theta)))
+    assert eigenvalues[0] < -1e-6 * eigenvalues[-1]
+    cert = ibflow.certify(sol.model, data.X, data.y)
+    assert cert.verdict == "saddle" and bool(cert.saddle) and not bool(cert.minimum)
+    np.testing.assert_allclose(cert.hessian_min, eigenvalues[0], rtol=1e-8)
+    # The symmetric subspace's own limit is the width-1 student's limit (one neuron, full
+    # output weight): an independent run of another model.
+    single = ibflow.integrate(one, data.X, data.y, throw=False)
+    assert single.status == ibflow.Status.stationary
+    np.testing.assert_allclose(first[0], single.model.weights[0][0], atol=1e-8)
+    np.testing.assert_allclose(2 * sol.model.weights[1][0, 0], single.model.weights[1][0, 0],
+                               atol=1e-8)
+
+
+def test_start_at_a_stationary_point_does_not_move():
+    """All weights 0 (no biases): every gradient vanishes, so the flow stays there."""
+    data = _teacher_data()
+    zero = ibflow.MLP(weights=(jnp.zeros((3, 2)), jnp.zeros((1, 3))), biases=None,
+                      activation=ibflow.Tanh())
+    sol = ibflow.integrate(zero, data.X, data.y, throw=False)
+    assert sol.status == ibflow.Status.stationary
+    assert int(sol.steps) == 0
+    for leaf in jax.tree_util.tree_leaves(eqx.filter(sol.model, eqx.is_inexact_array)):
+        assert not np.any(np.asarray(leaf))
+    # A saddle: the Hessian couples the two layers (∂²L/∂W₂∂W₁ = −mean(r x) tanh'(0) ≠ 0).
+    assert ibflow.certify(sol.model, data.X, data.y).verdict == "saddle"
+
+
+def test_interpolating_flows_still_converge_and_vmap_keeps_each_status():
+    """A width-1 student on a teacher it can fit converges (the stationarity test is scaled by
+    the loss's fall); batched with a student that cannot fit, each keeps its own status."""
+    data = _teacher_data()
+    fit = ibflow.MLP.from_scale_shape(1.0, dim=2, widths=(1,), activation=ibflow.Tanh(),
+                                      bias=True, key=jax.random.key(0))
+    y_fit = jax.vmap(_student(1, 7))(data.X)  # realizable by the width-1 student
+    models = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), fit)
+    ys = jnp.stack([y_fit, data.y])
+
+    def run(model, y):
+        return ibflow.integrate(model, data.X, y, throw=False)
+
+    batched = eqx.filter_jit(eqx.filter_vmap(run))(models, ys)
+    loop = [run(fit, y_fit), run(fit, data.y)]
+    assert loop[0].status == ibflow.Status.converged, ibflow.Status[loop[0].status]
+    assert loop[1].status == ibflow.Status.stationary, ibflow.Status[loop[1].status]
+    for i, sol in enumerate(loop):
+        assert int(batched.status._value[i]) == int(sol.status._value)
+        for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(sol.model, eqx.is_inexact_array)),
+                        jax.tree_util.tree_leaves(eqx.filter(batched.model,
+                                                             eqx.is_inexact_array))):
+            np.testing.assert_allclose(b[i], a, rtol=1e-6, atol=1e-8)
+
+
+def test_small_initialization_plateau_is_not_stationary():
+    """A diagonal net at α = 1e-5 in parameter space starts next to the saddle at 0 (a tiny,
+    growing field): it must converge as before, to the reduction's limit (another algorithm:
+    the n-dim dual ODE and Newton, [THEORY §2.3])."""
+    X = jax.random.normal(jax.random.key(0), (5, 12))
+    y = jax.random.normal(jax.random.key(1), (5,))
+    model = ibflow.DiagonalNet.from_scale_shape(1e-5, 0.0, dim=12)
+    sol = ibflow.integrate(model, X, y, formulation=ibflow.ParameterSpace(), throw=False)
+    assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
+    reduced = ibflow.integrate(model, X, y)
+    err = np.linalg.norm(sol.predictor - reduced.predictor) / np.linalg.norm(reduced.predictor)
+    assert err < 1e-8, err
+
+
+def test_stationary_code_is_appended_last():
+    """Stored sweep files keep their codes: the new item comes after every earlier one."""
+    from ibflow._status import STATUS_NAMES, status_code
+
+    assert STATUS_NAMES[-1] == "stationary"
+    assert status_code("not_computed") == len(STATUS_NAMES) - 2
