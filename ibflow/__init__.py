@@ -113,7 +113,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._classification.flow": ("classification_flow",),
     # Sweeps
     "._sweep.grid": ("Grid",),
-    "._sweep.order": ("AbstractOrder", "CostOrder", "GridOrder", "diagonal_plateau_cost"),
+    "._sweep.order": ("AbstractOrder", "CostOrder", "GridOrder"),
     "._sweep.result": ("SweepResult", "open_sweep"),
     "._sweep.sweep": ("sweep",),
     # Differentiable limits

@@ -71,7 +71,7 @@ def lanczos_extremes(matvec, v0: Float[Array, " p"], steps: int
         def advance():
             w = matvec(basis[j])
             a = basis[j] @ w
-            q = (jnp.arange(steps) <= j)[:, None] * basis
+            q = jnp.where((jnp.arange(steps) <= j)[:, None], basis, 0.0)
             r = w - a * basis[j]
             for _ in range(2):
                 r = r - q.T @ (q @ r)

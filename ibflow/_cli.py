@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from ._version import __version__
+
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
 
@@ -80,10 +82,14 @@ def _int_at_least(low: int, high: int | None = None):
     return parse
 
 
-def _progress_option(p):
+def _output_options(p, record: str):
+    """``--progress`` and ``--json`` (printing `record` as strict JSON) of a computing command."""
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars on stderr (with the current loss and steps); default: "
                         "on when stderr is a terminal, off when it is piped or redirected")
+    p.add_argument("--json", action="store_true",
+                   help=f"print {record} as one strict-JSON object (non-finite numbers as the "
+                        "strings \"inf\", \"-inf\", \"nan\") and nothing else on stdout")
 
 
 def _float_where(test, description: str):
@@ -138,10 +144,7 @@ def _flow_parser(sub):
     p.add_argument("--method", choices=["auto", "parameters"], default="auto",
                    help="auto: the model's closed-form reduction where it has one; "
                         "parameters: the ODE in parameter space")
-    _progress_option(p)
-    p.add_argument("--json", action="store_true",
-                   help="print the full record as one strict-JSON object (non-finite numbers "
-                        "as the strings \"inf\", \"-inf\", \"nan\") and nothing else on stdout")
+    _output_options(p, "the full record")
     p.set_defaults(run=_run_flow)
 
 
@@ -377,10 +380,7 @@ def _reproduce_parser(sub):
     p.add_argument("--out", type=Path, default=None,
                    help="output directory: the files are written directly in it (default: "
                    "./ibflow-results/NAME)")
-    _progress_option(p)
-    p.add_argument("--json", action="store_true",
-                   help="print the summary as one strict-JSON object (non-finite numbers as "
-                        "strings) and nothing else on stdout")
+    _output_options(p, "the summary")
     p.set_defaults(run=_run_reproduce)
 
 
@@ -428,8 +428,6 @@ def _run_reproduce(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 1 failure, 2 usage, 3 not
     converged)."""
-    from . import __version__
-
     parser = _Parser(
         prog="ibflow", description="Exact implicit-bias flows: integrate training dynamics to "
         "their limit points and compare them with the theory's regularizers. Exit codes: 0 "

@@ -242,10 +242,11 @@ def _stationary_newton(dynamics, state, start, run, budget, loss_scale):
     keep the total displacement within `STATIONARY_MAX_JUMP` of the distance travelled from
     `start` (else Newton heads for another critical point and stops). Round-off in the loss:
     residuals r = f − y computed from outputs of size ~``sqrt(loss_scale)`` carry errors
-    ~``eps·sqrt(loss_scale)``, so L = mean(r²)/2 is known to ~``eps·sqrt(L·loss_scale)``. The iterate with the
-    smallest gradient is returned; the loop ends after `STATIONARY_MISSES` steps in a row that
-    do not improve it (the round-off floor). Runs on stopped values; derivatives pass through
-    as those of the flow's end point. Returns ``(state, iterations)``."""
+    ~``eps·sqrt(loss_scale)``, so L = mean(r²)/2 is known to ~``eps·sqrt(L·loss_scale)``.
+    The iterate with the smallest gradient is returned; the loop ends after
+    `STATIONARY_MISSES` steps in a row that do not improve it (the round-off floor). Runs on
+    stopped values; derivatives pass through as those of the flow's end point. Returns
+    ``(state, iterations)``."""
     loss = dynamics.loss
     x = jax.lax.stop_gradient(state)
     reach = STATIONARY_MAX_JUMP * jnp.linalg.norm(x - jax.lax.stop_gradient(start))

@@ -129,7 +129,8 @@ flow = ibflow.classification_flow(
 gd = ibflow.gradient_descent(
     model, data.X, data.y, learning_rate=eta, num_steps=every * (len(ts) - 1), save_every=every
 )
-print("max relative loss gap:", float(jnp.max(jnp.abs(gd.trajectory.loss / flow.trajectory.loss - 1))))
+gap = jnp.max(jnp.abs(gd.trajectory.loss / flow.trajectory.loss - 1))
+print("max relative loss gap:", float(gap))
 print(
     "stable rank, flow:",
     np.round(
@@ -138,7 +139,9 @@ print(
 )
 print(
     "stable rank, GD:  ",
-    np.round(np.asarray(ibflow.trajectory_diagnostics(gd.trajectory, data.X, data.y).stable_rank), 3),
+    np.round(
+        np.asarray(ibflow.trajectory_diagnostics(gd.trajectory, data.X, data.y).stable_rank), 3
+    ),
 )
 
 # %% [markdown]

@@ -89,6 +89,11 @@ def every_model(key, n=3, d=5):
                                                 key=ks[15])
     labels = jnp.where(X @ jnp.ones(d) >= 0, 1.0, -1.0)  # linearly separable
     out["classifier"] = (classifier, X, labels, logistic, 0.2)
+    # A depth-3 tanh MLP with biases (keys of its own: the list above uses all 16).
+    km, ky = jax.random.split(jax.random.fold_in(key, 16))
+    mlp = ibflow.MLP.from_scale_shape(0.5, 0.2, dim=d, widths=(3, 3), activation=ibflow.Tanh(),
+                                      bias=True, key=km)
+    out["mlp-tanh-depth3"] = (mlp, X, _realizable(mlp, X, ky, 0.3), square, None)
     return out
 
 

@@ -358,8 +358,6 @@ def test_diagonal_cost_estimate_is_minus_log_k(scale, shape):
     model = ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=3)
     k = 4 * scale * (1 + shape**2) / (1 - shape**2)
     np.testing.assert_allclose(model.estimated_cost(), -np.log(k), rtol=1e-12)
-    with pytest.warns(DeprecationWarning, match="estimated_cost"):
-        np.testing.assert_allclose(ibflow.diagonal_plateau_cost(model), -np.log(k), rtol=1e-12)
 
 
 # --- several data sets ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Flows that end at a stationary point above their target ([THEORY §8.3]): `Status.stationary`,
+"""Flows that end at a stationary point above their target (docs/theory §8.3): `Status.stationary`,
 its Newton polish, and the cases that must not trigger it (interpolating flows, plateaus near
 the saddle at 0). References: dense ``jax.hessian`` eigenvalues, ``jax.grad``, and gradient
-descent with Richardson extrapolation ``2·θ(η/2) − θ(η)`` (THEORY §8.2)."""
+descent with Richardson extrapolation ``2·θ(η/2) − θ(η)`` (docs/theory §8.2)."""
 
 import equinox as eqx
 import jax
@@ -138,7 +138,7 @@ def test_interpolating_flows_still_converge_and_vmap_keeps_each_status():
 def test_small_initialization_plateau_is_not_stationary():
     """A diagonal net at α = 1e-5 in parameter space starts next to the saddle at 0 (a tiny,
     growing field): it must converge as before, to the reduction's limit (another algorithm:
-    the n-dim dual ODE and Newton, [THEORY §2.3])."""
+    the n-dim dual ODE and Newton, docs/theory §2.3)."""
     X = jax.random.normal(jax.random.key(0), (5, 12))
     y = jax.random.normal(jax.random.key(1), (5,))
     model = ibflow.DiagonalNet.from_scale_shape(1e-5, 0.0, dim=12)

@@ -1,4 +1,8 @@
-"""The ODEs the engine solves: a state, its vector field, and the map back to a model."""
+"""The ODEs the engine solves: a state, its vector field, and the map back to a model.
+
+Layer 2 (dynamics, see `docs/architecture.md`): built from the flows, regularizers and tail
+pieces below; knows no concrete model (each model builds its own reduction from these classes).
+"""
 
 from .base import AbstractConvexGradientDynamics as AbstractConvexGradientDynamics
 from .base import AbstractDynamics as AbstractDynamics

@@ -1,6 +1,9 @@
 """Exact flows through activation kinks: event-located switches and Filippov sliding
 ([THEORY §8.2][theory-8-2]). The engine runs them (`ibflow.integrate` on an
-`AbstractPiecewiseLinearModel`)."""
+`AbstractPiecewiseLinearModel`).
+
+Layer 3 (switching dynamics, see `docs/architecture.md`): above the smooth dynamics, below the
+models that build them."""
 
 from .base import AbstractSwitchingDynamics as AbstractSwitchingDynamics
 from .dynamics import PiecewiseLinearDynamics as PiecewiseLinearDynamics

@@ -5,14 +5,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-import equinox as eqx
-
 from .. import _checks
 from .._activations.base import AbstractActivation
 from ._init import checked_scale_shape
+from .base import AbstractModel
 
 
-class MLP(eqx.Module):
+class MLP(AbstractModel):
     """``f(x) = W_L σ(⋯ σ(W₂ σ(W₁x + b₁) + b₂) ⋯) + b_L``, every layer trained.
 
     **Fields:** `weights`: a tuple of L ≥ 1 matrices, ``W_l`` of shape (m_l, m_{l−1}) with
@@ -60,12 +59,12 @@ class MLP(eqx.Module):
         key: PRNGKeyArray,
     ) -> "MLP":
         """[THEORY §2.4][theory-2-4]'s scale/shape initialization, layer by layer. Every row of
-        ``W_l`` (a neuron's incoming weights; the output row for l = L) has norm ``r_l`` and a
-        direction uniform on the sphere; biases start at 0. The norms satisfy
-        ``r₁ r₂ ⋯ r_L = α`` (the end-to-end scale) and ``r_{l+1}/r_l = (1+s_l)/(1−s_l)`` (the
-        shape: the balance between consecutive layers). For L = 2 and width-one directions
-        this is `TwoLayerNet.from_scale_shape`: ``r₂ = sqrt(α(1+s)/(1−s))`` (the output weights
-        ``|aⱼ|``), ``r₁ = sqrt(α(1−s)/(1+s))`` (``‖wⱼ‖``).
+        a hidden layer's ``W_l`` (a neuron's incoming weights) has norm ``r_l`` and a direction
+        uniform on the sphere; every output weight has magnitude ``r_L`` and a random sign;
+        biases start at 0. The norms satisfy ``r₁ r₂ ⋯ r_L = α`` (the scale of one path through
+        the net) and ``r_{l+1}/r_l = (1+s_l)/(1−s_l)`` (the shape: the balance between
+        consecutive layers). For L = 2 this is `TwoLayerNet.from_scale_shape` with one α and s
+        for all neurons: ``|aⱼ| = r₂ = sqrt(α(1+s)/(1−s))``, ``‖wⱼ‖ = r₁ = sqrt(α(1−s)/(1+s))``.
 
         **Arguments:** `scale` α > 0 (a scalar); `shape` s ∈ (−1, 1), a scalar or one per
         consecutive pair of layers (L − 1 values); `dim` d; `widths` the hidden widths
@@ -89,10 +88,12 @@ class MLP(eqx.Module):
         norms = jnp.exp((jnp.log(alpha) - jnp.sum(offsets)) / depth + offsets)
         keys = jax.random.split(key, depth)
         weights = []
-        for layer, k in enumerate(keys):
+        for layer, k in enumerate(keys[:-1]):
             rows = jax.random.normal(k, (sizes[layer + 1], sizes[layer]))
             rows = rows / jnp.linalg.norm(rows, axis=1, keepdims=True)
             weights.append(norms[layer] * rows)
+        signs = jnp.where(jax.random.bernoulli(keys[-1], 0.5, (1, sizes[-2])), 1.0, -1.0)
+        weights.append(norms[-1] * signs)
         biases = tuple(jnp.zeros(m) for m in sizes[1:]) if bias else None
         return cls(weights=tuple(weights), biases=biases, activation=activation)
 

@@ -1,4 +1,7 @@
-"""Reproductions of published figures, listed in `registry.REPRODUCTIONS`."""
+"""Reproductions of published figures, listed in `registry.REPRODUCTIONS`.
+
+Layer 6 (orchestration, see `docs/architecture.md`): uses the public tasks and sweeps; nothing
+below imports it."""
 
 from .registry import REPRODUCTIONS as REPRODUCTIONS, Reproduction as Reproduction
 

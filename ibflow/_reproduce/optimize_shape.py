@@ -80,6 +80,13 @@ def compare_shapes(data, train, val, *, scales, shapes, steps: int, learning_rat
     }
 
 
+def _label(ax, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+
+
 def plot(result: dict, path: Path, title: str):
     scales, support = result["scales"], result["support"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -88,14 +95,12 @@ def plot(result: dict, path: Path, title: str):
                               ("best_uniform", "best uniform s (sweep)", "s-"),
                               ("learned", "learned per-coordinate s", "^-")):
         line, = ax.plot(scales, result[f"test_{key}"], style, label=f"{label}: test")
-        ax.plot(scales, result[f"val_{key}"], style, color=line.get_color(), alpha=0.45,
+        ax.plot(scales, result[f"val_{key}"], style[0], color=line.get_color(), alpha=0.45,
                 linestyle=":", label=f"{label}: validation")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("initialization scale α")
-    ax.set_ylabel("MSE of the limit point")
-    ax.set_title("validation (dotted) and test (solid) error", fontsize=10)
-    ax.legend(fontsize=7)
+    _label(ax, "initialization scale α", "MSE of the limit point",
+           "validation (dotted) and test (solid) error")
     ax.grid(alpha=0.3)
     ax = axes[1]
     i = len(scales) - 1
@@ -104,18 +109,13 @@ def plot(result: dict, path: Path, title: str):
     ax.bar(idx[~support], shape[~support], color="0.6", width=1.0, label="off support")
     ax.bar(idx[support], shape[support], color="C3", width=1.0, label="support of w*")
     ax.axhline(abs(result["best_uniform_shape"][i]), color="C1", ls="--", label="best uniform")
-    ax.set_xlabel("coordinate i")
-    ax.set_ylabel("learned |s_i|")
-    ax.set_title(f"learned shape at α = {scales[i]:.0e}", fontsize=10)
-    ax.legend(fontsize=7)
+    _label(ax, "coordinate i", "learned |s_i|", f"learned shape at α = {scales[i]:.0e}")
     ax = axes[2]
     for j, a in enumerate(scales):
         ax.plot(result["history"][j], label=f"α = {a:.0e}")
     ax.set_yscale("log")
-    ax.set_xlabel("Adam step")
-    ax.set_ylabel("validation MSE of the limit")
-    ax.set_title("optimization (exact implicit gradients)", fontsize=10)
-    ax.legend(fontsize=7)
+    _label(ax, "Adam step", "validation MSE of the limit",
+           "optimization (exact implicit gradients)")
     ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()

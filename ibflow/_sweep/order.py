@@ -5,7 +5,6 @@ grouping members of similar cost into the same chunk saves work.
 """
 
 import abc
-import warnings
 from collections.abc import Callable
 
 import equinox as eqx
@@ -56,12 +55,3 @@ class GridOrder(AbstractOrder):
 
     def __call__(self, build, params, size):
         return np.arange(size)
-
-
-def diagonal_plateau_cost(model: AbstractCostEstimate) -> Float[Array, ""]:
-    """Deprecated: use ``model.estimated_cost()`` (the `AbstractCostEstimate` capability)."""
-    warnings.warn("ibflow.diagonal_plateau_cost is deprecated; use model.estimated_cost().",
-                  DeprecationWarning, stacklevel=2)
-    if not isinstance(model, AbstractCostEstimate):
-        raise ValueError("model has no cost estimate (it is not an AbstractCostEstimate).")
-    return model.estimated_cost()

@@ -1,4 +1,7 @@
-"""Data sets: synthetic generators and loaders for local files (nothing is downloaded)."""
+"""Data sets: synthetic generators and loaders for local files (nothing is downloaded).
+
+Layer 5 (tasks, see `docs/architecture.md`): a synthetic set may label by a teacher model, so
+data sits above the models; only orchestration (sweeps, reproductions, the CLI) imports it."""
 
 from ._regression import RegressionData as RegressionData, sparse_regression as sparse_regression
 
