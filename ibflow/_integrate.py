@@ -163,48 +163,16 @@ def _check_model(model, X):
         raise ValueError(f"model(x) must return a scalar; got shape {shape}.")
 
 
-def _memoized_shape(fn, model, *args):
-    """``jax.eval_shape(fn, model, *args).shape`` (a trace, ~1.5 ms: half of `integrate`'s own
-    overhead on a small problem), memoized on `fn`, the model's structure and its arrays'
-    shapes and dtypes, which are all the trace depends on (`args`: shape-dtype structs)."""
-    leaves, treedef = jax.tree_util.tree_flatten(model)
-    key = (fn, treedef, tuple((a.shape, a.dtype) for a in args), tuple(
-        (a.shape, a.dtype) if isinstance(a, (jax.Array, np.ndarray, np.generic)) else a
-        for a in leaves))
-    try:
-        shape = _SHAPES.get(key)
-    except TypeError:  # a leaf that is not hashable: no memo
-        return jax.eval_shape(fn, model, *args).shape
-    if shape is None:
-        shape = jax.eval_shape(fn, model, *args).shape
-        if len(_SHAPES) >= 256:
-            _SHAPES.clear()
-        _SHAPES[key] = shape
-    return shape
-
-
 def _output_shape(model, x):
-    """The shape of ``model(x)`` (memoized, `_memoized_shape`)."""
-    return _memoized_shape(_apply, model, x)
+    """The shape of ``model(x)`` for one example ``x`` (a shape-dtype struct), by tracing."""
+    return jax.eval_shape(lambda m, a: m(a), model, x).shape
 
 
 def _predictor_shape(model):
-    """The shape of ``model.predictor()`` for predictor models (memoized: computing it is an
-    eager operation, ~70 µs), else None."""
+    """The shape of ``model.predictor()`` for predictor models, else None."""
     if not isinstance(model, AbstractPredictorModel):
         return None
-    return _memoized_shape(_predictor, model)
-
-
-def _apply(model, x):
-    return model(x)
-
-
-def _predictor(model):
-    return model.predictor()
-
-
-_SHAPES: dict = {}
+    return jax.eval_shape(lambda m: m.predictor(), model).shape
 
 
 def _output_scale(model, X):

@@ -52,9 +52,12 @@ LAYERS = (
 #: package enables the compilation cache on the first use of a JAX name (its lazy loader).
 LAZY_ALLOWED = {"ibflow._cli", "ibflow"}
 
+#: The command line is a client of the public API: it uses the library through the root package
+#: (imported lazily, for the start-up time of ``ibflow --help``), as a user's script does.
+PUBLIC_CLIENTS = {"ibflow._cli"}
+
 #: Remaining violations in files owned by other changes, to be emptied: (rule, module, detail).
 PENDING = {
-    ("root import", "ibflow._cli", "ibflow"),
     ("isinstance", "ibflow._engine", "EquilibriumNewton"),
     ("isinstance", "ibflow._engine", "ParameterDynamics"),
     ("isinstance", "ibflow._integrate", "EquilibriumNewton"),
@@ -195,7 +198,8 @@ def test_no_import_inside_a_function():
 
 
 def test_no_import_of_the_root_package():
-    found = {("root import", m, t) for m, t, _ in IMPORTS if t == "ibflow" and m != "ibflow"}
+    found = {("root import", m, t) for m, t, _ in IMPORTS
+             if t == "ibflow" and m != "ibflow" and m not in PUBLIC_CLIENTS}
     assert _found("root import", found) == set()
 
 

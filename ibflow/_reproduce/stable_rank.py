@@ -24,24 +24,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._classification.diagnostics import kkt_residual, stable_rank, trajectory_diagnostics
-from .._classification.flow import classification_flow
-from .._models.classifier import TwoLayerClassifier
+import ibflow
+
+# Private, for want of a public equivalent: the name of a status item (stored in the JSON).
 from .._status import STATUS_NAMES
-from ..data._digits import digits
-from ..data._mixture import gaussian_mixture, near_orthogonality
 
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
 
 
 def _sweep(X, y, *, slope, width, target, num_save, key):
     sigmas = jnp.asarray(SIGMAS)
-    models = eqx.filter_vmap(lambda s: TwoLayerClassifier.init(
+    models = eqx.filter_vmap(lambda s: ibflow.TwoLayerClassifier.init(
         dim=X.shape[1], width=width, init_std=s, slope=slope, key=key))(sigmas)
     # One compiled solve, member by member: under vmap the segment loop runs in lockstep,
     # every member waiting for the others' events (measured on the ReLU mixture to 1e-4:
     # 167 s vmapped, 130 s as a loop).
-    solve_one = eqx.filter_jit(lambda m: classification_flow(
+    solve_one = eqx.filter_jit(lambda m: ibflow.classification_flow(
         m, X, y, target_loss=target, num_save=num_save, throw=False))
     outs = []
     for i, sigma in enumerate(SIGMAS):
@@ -51,9 +49,10 @@ def _sweep(X, y, *, slope, width, target, num_save, key):
               f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
               f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     sols = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
-    diag = eqx.filter_vmap(trajectory_diagnostics, in_axes=(0, None, None))(sols.trajectory, X, y)
+    diag = eqx.filter_vmap(ibflow.trajectory_diagnostics, in_axes=(0, None, None))(
+        sols.trajectory, X, y)
     final = jax.tree_util.tree_map(lambda v: v[-1], sols.model)
-    kkt = kkt_residual(final, X, y)  # the σ = 1e-3 member
+    kkt = ibflow.kkt_residual(final, X, y)  # the σ = 1e-3 member
     return sols, diag, kkt
 
 
@@ -89,8 +88,8 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
     target = 1e-30 if full else 1e-4
     num_save = 64 if full else 24
     key = jax.random.key(0)
-    mix = gaussian_mixture(jax.random.key(2023))
-    dig = digits(task="parity", n=50)
+    mix = ibflow.data.gaussian_mixture(jax.random.key(2023))
+    dig = ibflow.data.digits(task="parity", n=50)
     settings = {
         "mixture, leaky ReLU (γ=0.1)": (mix, 0.1),
         "mixture, ReLU": (mix, 0.0),
@@ -107,11 +106,11 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
              "margin_spread": np.asarray(diag.margin_spread),
              "norm": np.asarray(diag.first_norm)}
         panels[name] = p
-        ranks = np.asarray(jax.vmap(stable_rank)(sols.model.first))
+        ranks = np.asarray(jax.vmap(ibflow.stable_rank)(sols.model.first))
         tag = name.split(",")[0].split(" ")[0] + ("_leaky" if slope > 0 else "_relu")
         arrays.update({f"{tag}_{k}": v for k, v in p.items()})
         summary[name] = {
-            "near_orthogonality": float(near_orthogonality(data.X)),
+            "near_orthogonality": float(ibflow.data.near_orthogonality(data.X)),
             "final_loss": np.asarray(sols.loss).tolist(),
             "converged": np.asarray(sols.converged).tolist(),
             "final_time": np.asarray(sols.time).tolist(),

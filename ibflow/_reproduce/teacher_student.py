@@ -23,11 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import optax  # noqa: E402
 
+import ibflow  # noqa: E402
+
+# Private, for want of a public equivalent: the progress bar over seeds, and status names.
 from .. import _progress  # noqa: E402
-from .._activations.relu import ReLU  # noqa: E402
-from .._discrete import descend  # noqa: E402
-from .._integrate import integrate  # noqa: E402
-from .._models.two_layer import TwoLayerNet  # noqa: E402
 from .._status import STATUS_NAMES  # noqa: E402
 
 D, N, WIDTH, ALPHA, SHAPE, TEACHER_SHAPE = 5, 5, 10, 1.0, 0.5, 0.3
@@ -37,10 +36,10 @@ GD_STEP = 1e-3
 def _problem(seed):
     kx, kt, ks = jax.random.split(jax.random.key(seed), 3)
     X = jax.random.normal(kx, (N, D))
-    teacher = TwoLayerNet.from_scale_shape(ALPHA, TEACHER_SHAPE, dim=D, width=WIDTH,
-                                           activation=ReLU(), key=kt)
-    student = TwoLayerNet.from_scale_shape(ALPHA, SHAPE, dim=D, width=WIDTH, activation=ReLU(),
-                                           key=ks)
+    teacher = ibflow.TwoLayerNet.from_scale_shape(ALPHA, TEACHER_SHAPE, dim=D, width=WIDTH,
+                                                  activation=ibflow.ReLU(), key=kt)
+    student = ibflow.TwoLayerNet.from_scale_shape(ALPHA, SHAPE, dim=D, width=WIDTH,
+                                                  activation=ibflow.ReLU(), key=ks)
     return X, jax.vmap(teacher)(X), student
 
 
@@ -62,8 +61,8 @@ def _endpoint(model, X):
 def run_seed(seed, *, gd_steps, max_steps):
     """One seed: the summary row and the arrays behind it (data, flow limit, GD endpoint)."""
     X, y, student = _problem(seed)
-    sol = integrate(student, X, y, throw=False, max_steps=max_steps)
-    gd = descend(student, X, y, optimizer=optax.sgd(GD_STEP), num_steps=gd_steps)
+    sol = ibflow.integrate(student, X, y, throw=False, max_steps=max_steps)
+    gd = ibflow.descend(student, X, y, optimizer=optax.sgd(GD_STEP), num_steps=gd_steps)
     flow_end, gd_end = _endpoint(sol.model, X), _endpoint(gd.model, X)
     row = {
         "seed": int(seed), "status": STATUS_NAMES[int(sol.status._value)],

@@ -108,13 +108,10 @@ class Executor:
         self.n_devices = len(devices)
         self._members = NamedSharding(mesh, PartitionSpec("members"))
         self._replicated = NamedSharding(mesh, PartitionSpec())
-        first = FIRST_PASS_STEPS if first_pass_steps is None else first_pass_steps
-        self.split_min_members = (SPLIT_MIN_MEMBERS if split_min_members is None
-                                  else split_min_members)
-        for name, value in (("first_pass_steps", first),
-                            ("split_min_members", self.split_min_members)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {value!r}.")
+        first = _checks.width(FIRST_PASS_STEPS if first_pass_steps is None
+                              else first_pass_steps, "first_pass_steps")
+        self.split_min_members = _checks.width(SPLIT_MIN_MEMBERS if split_min_members is None
+                                               else split_min_members, "split_min_members")
         budget = self.options.get("max_steps", _default_max_steps())
         self._first_options = self.options | {"max_steps": first}
         self._split = first < budget
