@@ -35,16 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._flows.gradient import GradientFlow
-from .._flows.mirror import MirrorFlow
-from .._formulation import ParameterSpace
-from .._integrate import integrate
-from .._models.shallow import ShallowNet, UniformBias
-from .._potentials.polynomial import PolynomialPotential
-from .._potentials.scaling import Unscaled, WidthScaled
-from .._status import Status
-from .._variational.abs import abs_variational
-from .._variational.relu import relu_variational
+import ibflow
 
 X_DATA = np.array([-0.8, -0.3, 0.2, 0.7])
 Y_DATA = np.array([0.2, -0.1, 0.1, 0.3])
@@ -52,7 +43,7 @@ Y_DATA = np.array([0.2, -0.1, 0.1, 0.3])
 #: flow by max φ''(nΔa)/φ''(0) ≈ 36 here, and the 4-point kernel is 8× worse conditioned.
 ABS_X = np.array([-0.7, 0.0, 0.7])
 ABS_Y = np.array([0.1, -0.1, 0.2])
-BIAS = UniformBias(2.0)
+BIAS = ibflow.UniformBias(2.0)
 EVAL_GRID = np.linspace(-1.2, 1.2, 481)
 #: (c₂, c₃, c₄) of φ₁ = x², φ₂ = |x|³ + x², φ₃ = x⁴ + x²
 POTENTIALS = {"x^2": (1.0, 0.0, 0.0), "|x|^3+x^2": (1.0, 1.0, 0.0), "x^4+x^2": (1.0, 0.0, 1.0)}
@@ -67,8 +58,8 @@ RELU_SMALL_WIDTHS = [16, 32]
 SMOOTH_FROM_WIDTH = 64
 
 
-def _formulation(width: int) -> ParameterSpace:
-    return ParameterSpace(kinks=width < SMOOTH_FROM_WIDTH)
+def _formulation(width: int) -> ibflow.ParameterSpace:
+    return ibflow.ParameterSpace(kinks=width < SMOOTH_FROM_WIDTH)
 SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
 
 
@@ -90,16 +81,16 @@ def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, 
     max_k |Δθ| (potentials, seeds))``.
     """
     key = jax.random.key(width) if key is None else key
-    nets = eqx.filter_vmap(lambda k: ShallowNet.init(width, activation=activation, bias=BIAS,
-                                                     key=k))(jax.random.split(key, seeds))
+    nets = eqx.filter_vmap(lambda k: ibflow.ShallowNet.init(
+        width, activation=activation, bias=BIAS, key=k))(jax.random.split(key, seeds))
     coeffs = jnp.array(list(POTENTIALS.values()))
-    scaling = WidthScaled(float(width)) if scaled else Unscaled()
+    scaling = ibflow.WidthScaled(float(width)) if scaled else ibflow.Unscaled()
     X, y = jnp.asarray(data[0])[:, None], jnp.asarray(data[1])
 
     def one(c, net):
-        flow = MirrorFlow(PolynomialPotential(c[0], c[1], c[2]), scaling=scaling,
-                          learning_rate=1.0 / width)
-        sol = integrate(net, X, y, flow=flow, target_loss=_target(data[1]),
+        flow = ibflow.MirrorFlow(ibflow.PolynomialPotential(c[0], c[1], c[2]), scaling=scaling,
+                                 learning_rate=1.0 / width)
+        sol = ibflow.integrate(net, X, y, flow=flow, target_loss=_target(data[1]),
                         formulation=_formulation(width), **SOLVE)
         moved = jnp.max(jnp.abs(jnp.concatenate([sol.model.a - net.a, sol.model.b - net.b,
                                                  sol.model.w - net.w])))
@@ -107,7 +98,7 @@ def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, 
 
     run = jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))
     outputs, status, moved = run(coeffs, nets)
-    return np.asarray(outputs), np.asarray(status == Status.converged), np.asarray(moved)
+    return np.asarray(outputs), np.asarray(status == ibflow.Status.converged), np.asarray(moved)
 
 
 def fit_slope(widths, errors):
@@ -168,7 +159,7 @@ def run_relu(out: Path, full: bool) -> dict:
     cfg = settings(full)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    g = relu_variational(X_DATA, Y_DATA, bias=BIAS)
+    g = ibflow.relu_variational(X_DATA, Y_DATA, bias=BIAS)
     ref = np.asarray(g(jnp.asarray(EVAL_GRID)))
     refs = np.stack([ref] * len(POTENTIALS))  # unscaled: one limit for every φ
     # ([LM-T1][theory-lm-t1])
@@ -181,14 +172,14 @@ def run_relu(out: Path, full: bool) -> dict:
 
     # Gradient flow on five copies of the data with shifted labels (Fig. 1 right).
     n = cfg["gd_width"]
-    net = ShallowNet.init(n, activation="relu", bias=BIAS, key=jax.random.key(1234))
+    net = ibflow.ShallowNet.init(n, activation="relu", bias=BIAS, key=jax.random.key(1234))
     X = jnp.asarray(X_DATA)[:, None]
     ys = jnp.asarray(Y_DATA)[None, :] + jnp.asarray(SHIFTS)[:, None]
-    sols = jax.vmap(lambda yy: integrate(net, X, yy, flow=GradientFlow(),
-                                         target_loss=_target(Y_DATA),
-                                         formulation=_formulation(n), **SOLVE))(ys)
+    sols = jax.vmap(lambda yy: ibflow.integrate(net, X, yy, flow=ibflow.GradientFlow(),
+                                                target_loss=_target(Y_DATA),
+                                                formulation=_formulation(n), **SOLVE))(ys)
     gd_out = np.asarray(jax.vmap(lambda m: jax.vmap(m)(jnp.asarray(EVAL_GRID)))(sols.model))
-    shift_refs = np.stack([np.asarray(relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
+    shift_refs = np.stack([np.asarray(ibflow.relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
         jnp.asarray(EVAL_GRID))) for yy in ys])
     gd_err = np.max(np.abs(gd_out - shift_refs), axis=1)
     # Shifting labels by c does NOT shift the learned function by c (𝒢₂, 𝒢₃ at work):
@@ -227,7 +218,7 @@ def run_relu(out: Path, full: bool) -> dict:
         max_parameter_change=moved.tolist(),
         gd_shift_linf_error=gd_err.tolist(), gd_width=n,
         shift_changes_shape_linf=shape_change.tolist(),
-        gd_converged=bool(np.all(np.asarray(sols.status == Status.converged))),
+        gd_converged=bool(np.all(np.asarray(sols.status == ibflow.Status.converged))),
         seconds=time.time() - start)
     (out / "mirror_relu.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -237,7 +228,8 @@ def run_abs(out: Path, full: bool) -> dict:
     cfg = settings(full)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    sols = [abs_variational(ABS_X, ABS_Y, potential=PolynomialPotential(*c), bias=BIAS)
+    sols = [ibflow.abs_variational(ABS_X, ABS_Y, potential=ibflow.PolynomialPotential(*c),
+                                   bias=BIAS)
             for c in POTENTIALS.values()]
     refs = np.stack([np.asarray(s(jnp.asarray(EVAL_GRID))) for s in sols])
     var_between = {f"{a} vs {b}": float(np.max(np.abs(refs[i] - refs[j])))
@@ -278,7 +270,7 @@ def run_abs(out: Path, full: bool) -> dict:
         converged_fraction=float(converged.mean()),
         linf_between_potentials_nets=between.tolist(),
         linf_between_potentials_variational=var_between,
-        variational_converged=[bool(s.status == Status.converged) for s in sols],
+        variational_converged=[bool(s.status == ibflow.Status.converged) for s in sols],
         max_abs_curvature=[float(np.max(np.abs(np.asarray(s.curvature)))) for s in sols],
         max_parameter_change=moved.tolist(), seconds=time.time() - start)
     (out / "mirror_abs.json").write_text(json.dumps(summary, indent=2))

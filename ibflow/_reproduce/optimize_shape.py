@@ -17,19 +17,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from .. import data as _data  # noqa: E402
-from .._differentiable.optimize_shape import optimize_shape  # noqa: E402
-from .._integrate import integrate  # noqa: E402
-from .._models.diagonal import DiagonalNet  # noqa: E402
-from .._sweep.grid import Grid  # noqa: E402
-from .._sweep.sweep import sweep  # noqa: E402
+import ibflow  # noqa: E402
 
 
 def split_problem(key, *, n_train: int, n_val: int, d: int, k: int = 5, noise: float = 0.1,
                   n_test: int = 2000):
     """[THEORY §2.8][theory-2-8] sparse regression with ``n_train + n_val`` noisy samples split into
     training and validation sets; the test set is noiseless."""
-    data = _data.sparse_regression(key, n=n_train + n_val, d=d, k=k, noise=noise, n_test=n_test)
+    data = ibflow.data.sparse_regression(key, n=n_train + n_val, d=d, k=k, noise=noise,
+                                         n_test=n_test)
     return data, (data.X[:n_train], data.y[:n_train]), (data.X[n_train:], data.y[n_train:])
 
 
@@ -46,9 +42,9 @@ def compare_shapes(data, train, val, *, scales, shapes, steps: int, learning_rat
         raise ValueError("shapes[0] must be 0 (the balanced reference).")
 
     def build(scale, shape):
-        return DiagonalNet.from_scale_shape(scale, shape, dim=d)
+        return ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=d)
 
-    swept = sweep(build, Grid(scale=scales, shape=shapes), (X, y, X_val, y_val),
+    swept = ibflow.sweep(build, ibflow.Grid(scale=scales, shape=shapes), (X, y, X_val, y_val),
                   references=(), progress=progress)
     val_uniform = swept["test_error"]  # the sweep's "test" set is our validation set
     test_uniform = np.asarray(data.test_error(jnp.asarray(swept["predictor"])))
@@ -56,11 +52,12 @@ def compare_shapes(data, train, val, *, scales, shapes, steps: int, learning_rat
 
     optimizer = optax.adam(learning_rate)
     learned = eqx.filter_vmap(
-        lambda a: optimize_shape(X, y, X_val, y_val, scale=a, init_shape=init_shape,
+        lambda a: ibflow.optimize_shape(X, y, X_val, y_val, scale=a, init_shape=init_shape,
                                  steps=steps, optimizer=optimizer))(jnp.asarray(scales))
     # The learned limits by the flow itself (closed-form reduced ODE), not by the minimizer.
-    flows = eqx.filter_vmap(lambda a, s: integrate(
-        DiagonalNet.from_scale_shape(a, s), X, y, throw=False))(jnp.asarray(scales), learned.shape)
+    flows = eqx.filter_vmap(lambda a, s: ibflow.integrate(
+        ibflow.DiagonalNet.from_scale_shape(a, s), X, y, throw=False))(jnp.asarray(scales),
+                                                                       learned.shape)
     gap = np.asarray(jnp.linalg.norm(flows.predictor - learned.predictor, axis=1)
                      / jnp.linalg.norm(learned.predictor, axis=1))
     rows = np.arange(len(scales))

@@ -11,21 +11,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .. import data as _data  # noqa: E402
-from .._formulation import ParameterSpace, Reduction  # noqa: E402
-from .._integrate import integrate  # noqa: E402
-from .._models.diagonal import DiagonalNet  # noqa: E402
-from .._models.fully_connected import FullyConnectedNet  # noqa: E402
-from .._theory.implicit_bias import implicit_bias  # noqa: E402
-from .._theory.minimizer import minimize_regularizer  # noqa: E402
-from .._theory.regularizers.single_neuron import SingleNeuronRegularizer  # noqa: E402
+import ibflow  # noqa: E402
 
 
 def _neuron_regularizer(alpha, s):
     """[THEORY §2.8][theory-2-8] Figure 7.2: ``w̃₀ = α(0.6, 0.8)``, ``δ = 4αs/(1 − s²)``, a₀ > 0."""
     a0 = np.sqrt(alpha * (1 + s) / (1 - s))
     w0 = np.sqrt(alpha * (1 - s) / (1 + s)) * np.array([0.6, 0.8])
-    return SingleNeuronRegularizer.from_layers(a0, w0, final_sign=1.0), a0 * w0
+    return ibflow.SingleNeuronRegularizer.from_layers(a0, w0, final_sign=1.0), a0 * w0
 
 
 def run_q_landscape(out: Path, full: bool, progress: bool = False) -> dict:
@@ -60,7 +53,7 @@ def run_q_landscape(out: Path, full: bool, progress: bool = False) -> dict:
     xs = np.arange(0, 10, 0.5)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for delta in (0.0, 1.0, 2.0, 5.0):
-        Q = SingleNeuronRegularizer(delta=jnp.asarray(delta), anchor=jnp.zeros(2))
+        Q = ibflow.SingleNeuronRegularizer(delta=jnp.asarray(delta), anchor=jnp.zeros(2))
         ax.plot(xs, [float(Q.value(jnp.array([x, 0.0]))) for x in xs], label=f"δ = {delta}")
     ax.set_xlabel("‖w̃‖")
     ax.set_ylabel("q_δ(‖w̃‖)")
@@ -73,14 +66,14 @@ def run_q_landscape(out: Path, full: bool, progress: bool = False) -> dict:
             "panels": summary}
 
 
-_FORMULATIONS = {"parameters": ParameterSpace(), "reduced": Reduction()}
+_FORMULATIONS = {"parameters": ibflow.ParameterSpace(), "reduced": ibflow.Reduction()}
 
 
 def _distance_curve(model, data, ts, *, method, Q=None):
-    sol = integrate(model, data.X, data.y, save_at=ts, formulation=_FORMULATIONS[method])
+    sol = ibflow.integrate(model, data.X, data.y, save_at=ts, formulation=_FORMULATIONS[method])
     if Q is None:
-        Q = implicit_bias(model)
-    ref = minimize_regularizer(Q, data.X, data.y).w
+        Q = ibflow.implicit_bias(model)
+    ref = ibflow.minimize_regularizer(Q, data.X, data.y).w
     traj = np.asarray(sol.trajectory.predictor)
     ok = np.all(np.isfinite(traj), axis=1)
     dist = np.linalg.norm(traj[ok] - np.asarray(ref), axis=1) / np.linalg.norm(ref)
@@ -100,19 +93,20 @@ def run_q_vs_flow(out: Path, full: bool, progress: bool = False) -> dict:
     diag_cases += ([(1000, 100, "parameters"), (1000, 100, "reduced")] if full
                    else [(300, 30, "reduced")])
     for d, n, method in diag_cases:
-        data = _data.sparse_regression(jax.random.key(1993), n=n, d=d, k=5)
-        model = DiagonalNet.from_scale_shape(1e-4, 0.5, dim=d)
+        data = ibflow.data.sparse_regression(jax.random.key(1993), n=n, d=d, k=5)
+        model = ibflow.DiagonalNet.from_scale_shape(1e-4, 0.5, dim=d)
         t, dist, final, steps = _distance_curve(model, data, ts, method=method)
         axes[0].loglog(t, dist, label=f"d = {d}, n = {n} ({method} ODE)")
         summary[f"diagonal d={d} n={n} {method}"] = {"final_rel_distance": final, "steps": steps}
     axes[0].set_title("diagonal net, α = 1e-4, s = 0.5: ‖w(t) − argmin Q‖ / ‖argmin Q‖",
                       fontsize=10)
     # Single neuron (FC, width 1, symmetric=False so w̃₀ ≠ 0), d = 100, n = 10.
-    data = _data.sparse_regression(jax.random.key(1993), n=10, d=100, k=5)
+    data = ibflow.data.sparse_regression(jax.random.key(1993), n=10, d=100, k=5)
     shapes = (0.0, 0.5, 0.95)
     for alpha in (0.01, 0.1):
         for s in shapes:
-            model = FullyConnectedNet.from_scale_shape(alpha, s, dim=100, key=jax.random.key(0))
+            model = ibflow.FullyConnectedNet.from_scale_shape(alpha, s, dim=100,
+                                                              key=jax.random.key(0))
             t, dist, final, steps = _distance_curve(model, data, ts, method="parameters")
             axes[1].loglog(t, dist, label=f"α = {alpha}, s = {s}")
             summary[f"neuron alpha={alpha} s={s}"] = {"final_rel_distance": final,

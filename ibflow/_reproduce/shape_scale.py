@@ -15,10 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .. import data as _data  # noqa: E402
-from .._models.diagonal import DiagonalNet  # noqa: E402
-from .._sweep.grid import Grid  # noqa: E402
-from .._sweep.sweep import sweep  # noqa: E402
+import ibflow  # noqa: E402
 
 PAPER_SHAPES = (0.0, 0.5, 0.7, 0.9, 0.99)
 LINE_STYLES = ("-", ":", "-.", "--", (0, (5, 1)))
@@ -33,7 +30,8 @@ def problem(full: bool):
     """[THEORY §2.8][theory-2-8]: d = 1000, N = 100, k = 5, noise std 0.1, 2000 noiseless test
     points."""
     n, d = (100, 1000) if full else (50, 500)
-    return _data.sparse_regression(jax.random.key(1993), n=n, d=d, k=5, noise=0.1, n_test=2000)
+    return ibflow.data.sparse_regression(jax.random.key(1993), n=n, d=d, k=5, noise=0.1,
+                                         n_test=2000)
 
 
 class UnbiasedDiagonal(eqx.Module):
@@ -43,7 +41,7 @@ class UnbiasedDiagonal(eqx.Module):
     dim: int = eqx.field(static=True)
 
     def __call__(self, scale, shape):
-        return DiagonalNet.from_scale_shape(scale, shape, dim=self.dim)
+        return ibflow.DiagonalNet.from_scale_shape(scale, shape, dim=self.dim)
 
 
 def shape_scale_sweep(data, scales, shapes, *, out: Path | None, early_stop: bool = False,
@@ -51,8 +49,8 @@ def shape_scale_sweep(data, scales, shapes, *, out: Path | None, early_stop: boo
     build = UnbiasedDiagonal(data.X.shape[1])
     # The original stops GD when (1/N)‖y − ŷ‖² < 1e-4, i.e. our ½·mean(r²) < 5e-5.
     extra = {"target_loss": 5e-5} if early_stop else {}
-    return sweep(build, Grid(scale=scales, shape=shapes), data, out=out, rtol=SWEEP_RTOL,
-                 atol=SWEEP_RTOL * 1e-4, progress=progress, **extra)
+    return ibflow.sweep(build, ibflow.Grid(scale=scales, shape=shapes), data, out=out,
+                        rtol=SWEEP_RTOL, atol=SWEEP_RTOL * 1e-4, progress=progress, **extra)
 
 
 def run_shape_scale(out: Path, full: bool, progress: bool = False) -> dict:
