@@ -117,7 +117,7 @@ def real_array(x, name: str, *, ndim: int | None = None, allow_empty: bool = Fal
     if not allow_empty and x.size == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}).")
     if dtype.kind == "f" and isinstance(x, jax.Array):
-        return x  # already what `as_array` would return (it dispatches: ~30 µs per array)
+        return x  # already what `as_array` would return (it dispatches to the device per array)
     return as_array(x, float if dtype.kind in "biu" else None)
 
 

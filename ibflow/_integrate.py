@@ -32,20 +32,19 @@ DEFAULT_RELATIVE_TARGET = 1e-24
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-10, 1e-14
 #: ... when the tail is `EquilibriumNewton`: the limit is the vector field's unique root, reached
 #: from wherever the explicit phase stops, so the path tolerance only shapes the path up to the
-#: switch (and its time). Measured on the Figure 7.1 grid (d = 1000, n = 100, 100 members): max
-#: relative distance of the limits to Theorem 1's minimizers 3.3e-12 at rtol 1e-10 and at 1e-6,
-#: sweep wall time 5.5 s against 2.2 s (benchmarks/work_precision.py).
+#: switch (and its time). On the Figure 7.1 grid (d = 1000, n = 100, 100 members) the limits lie
+#: as close to Theorem 1's minimizers (a few 1e-12, relative) at rtol 1e-6 as at 1e-10, and the
+#: looser path takes far fewer explicit steps (timings: benchmarks/results/work_precision.md).
 DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL = 1e-6, 1e-10
 #: Default loss level (relative to ``mean(y²)/2``) where the explicit phase hands over to the
 #: tail: an implicit Runge–Kutta tail takes over at 1e-8. Newton's basin, for a strictly convex
 #: dual, is everything and the limit does not depend on the path, so Newton takes over at 1,
 #: the zero predictor's loss: at once from a zero initial predictor (`Solution.time`, the switch
-#: time, is then 0). Measured on 140-member grids (α ∈ [1e-8, 10], s up to ±0.999; the Figure 7.1
-#: data and a second set, n = 40, d = 100): the same members converge, to the same ≤ 2e-10 of
-#: Theorem 1's minimizers (`minimize_regularizer`), switching at 1e-4, 1e-1 or 1; the Figure 7.1
-#: sweep (100 members) takes 0.49 s warm switching at 1 against 0.80 s at 1e-1 (the explicit
-#: phase's Tsit5 steps do not shorten the Newton tail: 7 Newton iterations after 27 path steps
-#: against 7 from the start, α = 1e-5).
+#: time, is then 0). On 140-member grids (α ∈ [1e-8, 10], s up to ±0.999; the Figure 7.1 data
+#: and a second set, n = 40, d = 100) the same members converge, to the same ≤ 2e-10 of
+#: Theorem 1's minimizers (`minimize_regularizer`), switching at 1e-4, 1e-1 or 1; switching at 1
+#: is the cheapest, because the explicit phase's Tsit5 steps do not shorten the Newton tail (as
+#: many Newton iterations after a stretch of path as from the start).
 DEFAULT_STIFF_SWITCH, DEFAULT_NEWTON_SWITCH = 1e-8, 1.0
 #: The clock's horizon when no time budget (`t_max`) is given: the solve ends on the loss event.
 DEFAULT_T_MAX = 1e14
@@ -75,8 +74,8 @@ def _option(value, name, *, positive=False, allow_zero=False):
                 number >= 0 or not allow_zero):
             return np.asarray(number)  # (an invalid one gets the checks below, which name it)
     # Numbers and concrete arrays are checked and kept in numpy (a jnp conversion dispatches to
-    # the device: ~0.25 ms per option, most of `integrate`'s own overhead on a small problem);
-    # the solve receives them as arguments either way.
+    # the device per option, which would be most of `integrate`'s own overhead on a small
+    # problem); the solve receives them as arguments either way.
     host = not _checks.is_traced(value)
     array = np.asarray(value) if host else _checks.as_array(value)
     if jnp.iscomplexobj(array) or array.ndim != 0:
@@ -204,8 +203,8 @@ def _positive_scale(loss_scale, model, X):
                         lambda: loss_scale)
 
 
-#: The default tails, built once (an Equinox module's construction is ~50 µs of Python: a tenth
-#: of `integrate`'s own overhead on a small problem).
+#: The default tails, built once (an Equinox module's construction runs Python checks and
+#: conversions, a noticeable part of `integrate`'s own overhead on a small problem).
 _KVAERNO4, _KVAERNO5 = dfx.Kvaerno4(), dfx.Kvaerno5()
 
 
@@ -225,12 +224,12 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
         newton = unique and save_at is None and default_target and not time_budget
         if newton:
             return EquilibriumNewton()
-        # Through kinks: Kvaerno4. Kvaerno5 compiles slowly through the segment loop (27 s
-        # against Kvaerno3's 17 s on a sliding leaky neuron) and, on the width-4096 ReLU net
-        # under mirror flow, lands 5e-10 from a tight (rtol 1e-12) reference at rtol 1e-10;
-        # Kvaerno3 is accuracy-limited in a long tail (2 100 steps, 9-13 s there). Kvaerno4:
-        # ~500 steps, 4.4-5 s, 1.1e-10 from the reference; on the sliding leaky neurons of
-        # benchmarks/kinks.py 642 steps against Kvaerno3's 854 (measured 2026-11-26).
+        # Through kinks: Kvaerno4. Kvaerno5 compiles slowly through the segment loop (its
+        # larger stage count, once per segment) and, on the width-4096 ReLU net under mirror
+        # flow, lands 5e-10 from a tight (rtol 1e-12) reference at rtol 1e-10; Kvaerno3 is
+        # accuracy-limited in a long tail (about four times Kvaerno4's steps there). Kvaerno4
+        # lands 1.1e-10 from the reference and takes fewer steps than Kvaerno3 on sliding leaky
+        # neurons as well.
         return _KVAERNO4 if isinstance(dynamics, AbstractSwitchingDynamics) else _KVAERNO5
     if isinstance(stiff_solver, EquilibriumNewton):
         if not unique:
@@ -351,7 +350,7 @@ def integrate(
         raise ValueError(f"adjoint must be a Diffrax adjoint; got {type(adjoint).__name__}.")
     if not isinstance(throw, bool) or not isinstance(progress, bool):
         raise ValueError("throw and progress must be True or False.")
-    # On the host when y is concrete (an eager jnp reduction dispatches: ~0.1 ms).
+    # On the host when y is concrete (an eager jnp reduction dispatches to the device).
     with np.errstate(over="ignore"):  # an overflow is refused just below, naming y
         loss_scale = (0.5 * jnp.mean(y**2) if _checks.is_traced(y)
                       else np.asarray(0.5 * np.mean(np.asarray(y) ** 2)))
@@ -365,7 +364,7 @@ def integrate(
     if save_at is not None:
         save_at = _save_at(save_at, t_max)
     formulation = _formulation(formulation)
-    # Through the class: a bound method of a module is a module built at each access (~35 µs).
+    # Through the class: a bound method of a module is a module built at each access.
     dynamics = type(formulation).dynamics(formulation, model, X, y, flow, loss)
     tail = _stiff_solver(stiff_solver, dynamics, save_at, default_target, t_max is not None)
     watch_stiffness = stiff_switch is None  # an explicit level is the level

@@ -1,4 +1,4 @@
-"""Progress of a flow, measured in decades of loss.
+"""Progress of a flow, counted in decades of loss.
 
 Diffrax's own progress meters (`diffrax.TqdmProgressMeter`) report ``(t − t0)/(t1 − t0)``, which
 says nothing for an event-terminated solve with ``t1 = t_max = 1e14``. A flow's progress is how

@@ -195,7 +195,7 @@ def test_leaky_neuron_gradients_agree(solve):
     # Targets of both signs through the leaky ReLU, so the interpolation set is the affine
     # σ⁻¹ one of docs/theory [AZ-T4]. Fixed instances whose flows do not slide, so the solve route
     # runs the smooth path (`ParameterSpace(kinks=False)`): differentiating through the kink
-    # path's segment loop agrees too (measured 2026-11-25) but costs ~200 s of tracing,
+    # path's segment loop agrees too but costs ~200 s of tracing,
     # compilation and checkpointed reverse passes in this suite.
     X, y, Xt, target = _data(jax.random.key(11), 3, lambda z: leaky_relu(z, 0.2))
     params, aux = _neuron_setup(jax.random.key(111), 3, [0.4, 0.2, 0.6])

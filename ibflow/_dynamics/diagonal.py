@@ -15,8 +15,7 @@ from .base import AbstractConvexGradientDynamics
 PAIR_TABLE_BYTES = 64 * 2**20
 #: The fewest members of a vmapped batch whose Newton matrices are built from the pair table:
 #: one product with the n(n+1)/2 × d table reads all of it, which pays off against the
-#: members' own n²d products only when it serves several of them (``python -m
-#: benchmarks.pair_table``).
+#: members' own n²d products only when it serves several of them.
 PAIR_TABLE_BATCH = 16
 
 

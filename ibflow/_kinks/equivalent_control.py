@@ -108,7 +108,8 @@ def equivalent_control(
     n, m = base.shape
     counts = jnp.sum(sliding, axis=0)  # (m,)
     # Each neuron's sliding examples packed first, in order (the others 0, masked): a scatter
-    # to the running count, not a sort (XLA's CPU sort took ~40% of a digits run's time).
+    # to the running count, not a sort (XLA's sort on CPU is slow enough to dominate a digits
+    # run, where this packing runs at every field evaluation).
     slot = jnp.where(sliding, jnp.cumsum(sliding, axis=0) - 1, max_rows)  # (n, m)
     neuron = jnp.arange(m)[:, None]
     index = jnp.zeros((m, max_rows), dtype=int).at[neuron.T, slot].set(
@@ -122,7 +123,8 @@ def equivalent_control(
     # classifier's flow). The growth test then asks for contributions ``u`` no absurdly larger
     # than ``ż`` itself, not for slopes below a fixed size: a pair taken into the sliding set
     # tentatively needs a huge slope when its own column is tiny, and that only means it
-    # crosses (measured: digits, σ = 1e-5, ended `degenerate_sliding` at loss 9e-12).
+    # crosses (a fixed bound ended a digits flow from σ = 1e-5 as `degenerate_sliding` short
+    # of its limit).
     column = jnp.max(jnp.abs(jnp.where(pairs, matrix, 0.0)), axis=1)  # (m, K_l)
     column = jnp.where(mask & (column > 0), column, 1.0)
     system = jnp.where(pairs, matrix, eye) / column[:, None, :]

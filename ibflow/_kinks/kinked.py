@@ -45,22 +45,20 @@ def _traced_once(dynamics, state, positive, sliding):
     (a linearization of a gradient, then the multiplier solve) once per input shape instead of
     once per call site: the vector field of every Runge–Kutta stage, the event function and
     the transitions (17 sites in one leaky-neuron solve). JAX's transformations (vmap, jvp,
-    transpose) are cached per traced function as well. Measured on a width-8 ShallowNet under
-    mirror flow through its kinks, first call (trace, compile at -O0, run): 13.2 and 12.9 s
-    before, 11.0 and 10.5 s after; the kink tests of the suite: ~30% less time."""
+    transpose) are cached per traced function as well, so a kinked flow's first call (trace
+    and compile) does the multiplier solve's share once instead of at every site."""
     return dynamics._solve_slopes(state, positive, sliding)
 
 
 def _system_sizes(max_rows: int) -> tuple[int, ...]:
     """The static sizes of the per-neuron multiplier systems, one compiled branch each: 1 and
-    `max_rows` up to 16; above, 1, 4, 16 and `max_rows`. (At n = 50 on digits the four sizes
-    ran 67 s where 8 and 32 ran 93 s.) The one-row system, the common case (one pair sliding
-    per neuron), is a division, with a one-column response: a sliding leaky neuron's field
-    evaluation, n = 8, took 5.1 µs through the 8 × 8 system (LAPACK calls cost more than the
-    rest of a small system together), 3.5 µs with a division on it, 1.6 µs with the one-row
-    system; benchmarks/kinks.py's default solve ~20% less time. Each branch costs compile
-    time: ~9 s more for a vmapped kink test of the suite at -O0 (33 s against 42 s for
-    Theorem 4's)."""
+    `max_rows` up to 16; above, 1, 4, 16 and `max_rows` (the middle sizes keep a flow whose
+    neurons have a few sliding pairs each off the full `max_rows` system). The
+    one-row system, the common case (one pair sliding per neuron), is a division, with a
+    one-column response: LAPACK calls cost more than the rest of a small system together, so
+    a division, and a response of one column instead of `max_rows`, make the common field
+    evaluation several times cheaper. Each branch costs compile time, which is why there are
+    few sizes. (Timings: benchmarks/results/kinks.md.)"""
     if max_rows <= 16:
         return (1, max_rows) if max_rows > 1 else (1,)
     return (1, 4, 16, max_rows)
@@ -109,13 +107,11 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
 
         Why: the Gauss–Newton form drops ``Σ rᵢ ∇²fᵢ``, which is not small where stiffness
         detection starts the tail far from the interpolation set (loss ≤ 1e-2·L₀), and the
-        chord iteration then holds the step to its inverse. Measured on the width-16 ReLU
-        `ShallowNet` of tests/test_kinks.py, seed 1 (49 parameters): Gauss–Newton throughout
-        ran 10⁵ steps to `budget_exhausted` at loss 2e-6 (16 s); the exact Jacobian throughout
-        converged in 3 112 steps (0.64 s). Below the switch level the low-rank form is kept:
-        a dense k × k factorization in every implicit stage cost the leaky neurons of
-        benchmarks/kinks.py (tail from 1e-8·L₀ on) 5–15 % of their run time for the same
-        steps."""
+        chord iteration then holds the step to its inverse: on the width-16 ReLU `ShallowNet`
+        of tests/test_kinks.py (49 parameters) Gauss–Newton throughout exhausts a 10⁵-step
+        budget short of the limit, where the exact Jacobian converges in a few thousand steps.
+        Below the switch level the low-rank form is kept: there it is accurate, and a dense
+        k × k factorization in every implicit stage would cost time without saving steps."""
         mode = self.initial_mode(state) if args is None else args
         low_rank = super().linearization(c, state, self._mode_slopes(state, mode))
         k = sum(a.size for a in jax.tree_util.tree_leaves(state))
@@ -172,13 +168,12 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
                 sliding, rows)
 
         # The system's size follows the largest sliding set of any neuron (rounded up to one
-        # of `sizes`), so a flow with a few sliding pairs solves small systems (measured on
-        # digits, n = 50, m = 100, 5 sliding pairs: 100 padded 32 × 32 systems took 1 ms per
-        # field evaluation). The size is reduced over any vmapped batch (`unvmap_max`): a
-        # batched index would turn the switch into a select that solves the multiplier system
-        # at every field evaluation of every member, sliding or not (measured: a 6-member
-        # ShallowNet width-256 batch ran 58 s instead of 2.4 s). With no slide in the batch the
-        # system is skipped; a member that does not slide gets `base` from it.
+        # of `sizes`), so a flow with a few sliding pairs solves small systems, not one padded
+        # system per neuron at the largest size. The size is reduced over any vmapped batch
+        # (`unvmap_max`): a batched index would turn the switch into a select that solves the
+        # multiplier system at every field evaluation of every member, sliding or not, which
+        # costs a batch that rarely slides many times its run time. With no slide in the batch
+        # the system is skipped; a member that does not slide gets `base` from it.
         most = eqxi.unvmap_max(jnp.max(jnp.sum(sliding, axis=0)))
         branch = jnp.where(most == 0, 0, 1 + jnp.minimum(
             jnp.searchsorted(jnp.asarray(sizes), most), len(sizes) - 1))
@@ -208,7 +203,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         # A sliding pair leaves when its multiplier is outside [lo, hi] by the transition's own
         # tolerance, not at round-off: a multiplier that sits at its bound (a neuron dead on
         # one side, the one-sided field tangent to z = 0) would otherwise leave and re-enter
-        # the slide every few steps (measured: 2000 switches on a ReLU TwoLayerNet).
+        # the slide every few steps (thousands of switches on a ReLU TwoLayerNet).
         offset = jnp.where(sliding, jnp.minimum(offset, -_BOX_TOLERANCE), offset)
         return Mode(positive=positive, sliding=sliding, offset=offset)
 
@@ -230,8 +225,8 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         affine direction, evaluated for each candidate k at once.
 
         Why: where pre-activations cross densely, locating every crossing on its own is a
-        segment per crossing (measured: scikit-learn's digits, n = 50, m = 100, ReLU,
-        σ = 1e-3: 2 000 one-pair events, one step each, took the loss only to 0.676)."""
+        segment per crossing, one step each (on scikit-learn's digits, n = 50, m = 100, ReLU,
+        σ = 1e-3, thousands of one-pair events leave the loss barely below its start)."""
         lo, hi = self._bounds()
         z = self.preactivations(state)
         slopes, _, _ = self.slopes(state, positive, sliding)

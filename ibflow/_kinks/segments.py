@@ -75,8 +75,8 @@ def solve_segments(
     continue an earlier call (e.g. a stiff tail phase). With `save_at` (clock values), `saved`
     records the state at each save time that a segment covers (`SavedStates`; others keep
     their value, ``inf`` at first); `observe_saved` maps them to observations after the loop.
-    (Observing inside the loop cost a copy of every observation per segment: 64 models of a
-    two-layer classifier with d = 784 are 40 MB, ~50 ms per segment.) With a `watch`
+    (Observing inside the loop would copy every observation per segment: 64 models of a
+    two-layer classifier with d = 784 are 40 MB.) With a `watch`
     (`ibflow._tail.stiffness.StiffnessWatch`) a segment that turns stiff ends the loop as
     converged (the engine's explicit phase hands over to its implicit tail there).
 
@@ -120,7 +120,7 @@ def solve_segments(
         return _EVENT_SCALE * event_value(t, y, args)
 
     # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
-    # in the interpolated state could fail). ~10 evaluations per root where bisection took ~45
+    # in the interpolated state could fail). ~10 evaluations per root where bisection needs ~45
     # (and its whole 256-step budget at a loss event held above the tolerance by roundoff).
     event = dfx.Event(scaled_event_value,
                       root_finder=IllinoisBracket(rtol=1e-14, atol=1e-12, flip=True),
@@ -133,9 +133,9 @@ def solve_segments(
         state, t, mode, steps, accepted, status, done, report, saved, _ = carry
         # The first segment starts with `dt0` where given (a continuation: the step the phase
         # before proposed); a restart at a switch lets Diffrax select its first step. (Carrying
-        # the step across switches saved 3% of a sliding leaky neuron's steps, but the mode
-        # changes there: on digits, where segments are ~1 step long, it cost 30% more steps,
-        # 7 555 against 5 798, rejected where the new mode needed a smaller one.)
+        # the step across switches saves a few steps of a sliding leaky neuron, but the mode
+        # changes there: on digits, where segments are ~1 step long, a carried step is often
+        # rejected where the new mode needs a smaller one, and costs more steps than it saves.)
         controller = BudgetController(dfx.PIDController(rtol=rtol, atol=atol), budget - steps,
                                       watch, jnp.where(t == t0, first_dt, 0.0))
         subs = [dfx.SubSaveAt(t1=True)]
@@ -202,8 +202,8 @@ def solve_segments(
     zero = jnp.zeros((), dtype=budget.dtype)
     first_dt = jnp.zeros_like(t0) if dt0 is None else jnp.asarray(dt0, dtype=t0.dtype)
     # Already at the stop level: no segment (the loss event, a down-crossing, would never
-    # occur, and the loop would run on to the budget; measured: 3 000 steps to a loss 1e-13
-    # for a target above the initial loss).
+    # occur, and the loop would run on to the budget, far below a target that was above the
+    # initial loss).
     reached = dynamics.loss(state) <= stop_at
     init = (state, t0, mode, zero, zero, Status.where(reached, Status.converged,
                                                        Status.solver_failed), reached, report,

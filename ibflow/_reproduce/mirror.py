@@ -52,9 +52,9 @@ RELATIVE_TARGET = 1e-12
 #: Widths below the shared grid that ``mirror-relu`` adds: kinks slide there (issue 13).
 RELU_SMALL_WIDTHS = [16, 32]
 #: Widths from which the flows are integrated as smooth (``ParameterSpace(kinks=False)``): in
-#: the lazy regime no kink reaches a data point (measured at width 256: 0 switches), and the
-#: kink path's segment loop costs ~20× under these vmapped batches (width 256, 6 members: 47 s
-#: against 2.4 s).
+#: the lazy regime no kink reaches a data point (a width-256 flow makes no switch), and the
+#: kink path's segment loop, which evaluates the multiplier system at every step, costs many
+#: times the smooth solve under these vmapped batches.
 SMOOTH_FROM_WIDTH = 64
 
 

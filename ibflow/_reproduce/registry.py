@@ -43,33 +43,33 @@ def _table(*entries: Reproduction) -> dict[str, Reproduction]:
     return {r.name: r for r in entries}
 
 
-#: Every reproduction. Times: default settings, a fresh process with an empty compilation
-#: cache on the project's 2-core CPU; `timing` says where each number comes from (None: not
-#: measured yet).
+#: Every reproduction. Times: ``ibflow reproduce NAME --no-progress`` with default settings, a
+#: fresh process and an empty output folder on the project's 2-core CPU (shared with other work,
+#: so a rough guide), compilation included; `timing` says where each number comes from (None:
+#: no time known yet).
 REPRODUCTIONS: dict[str, Reproduction] = _table(
     Reproduction("stable-rank", "Stable rank and margin spread vs time for the init-σ grid: "
                  "Gaussian mixture (leaky ReLU, ReLU) and digits (docs/theory §4).",
-                 "stable_rank:run", 388, "README, 2026-11-26"),
+                 "stable_rank:run", 388, "2-core CPU, an earlier run"),
     Reproduction("mirror-relu", "Liang–Montúfar Fig. 1: ReLU nets, unscaled mirror potentials "
                  "vs the variational problem [LM-G]; L∞ error vs width; GF on shifted labels.",
                  "mirror:mirror_relu"),
     Reproduction("mirror-abs", "Liang–Montúfar Fig. 2: |·| nets, width-scaled potentials vs the "
                  "Bregman variational problem [LM-B]; L∞ error vs width; |h''| distributions.",
-                 "mirror:mirror_abs"),
+                 "mirror:mirror_abs", 238, "2-core CPU"),
     Reproduction("shape-scale", "Figure 7.1: population error vs scale α for five shapes s",
-                 "shape_scale:run_shape_scale", 60, "README: about a minute"),
+                 "shape_scale:run_shape_scale", 21.5, "2-core CPU"),
     Reproduction("shape-scale-map", "dense α × s map of test error and of the ℓ1↔ℓ2 position",
                  "shape_scale:run_shape_scale_map"),
     Reproduction("q-landscape", "Figure 7.2: contours of the single-neuron regularizer Q "
-                 "(d = 2)", "q_figures:run_q_landscape", 17,
-                 "measured: `ibflow reproduce q-landscape`, 2026-11-27"),
+                 "(d = 2)", "q_figures:run_q_landscape", 3.3, "2-core CPU"),
     Reproduction("q-vs-flow", "distance between the flow's trajectory and argmin Q over time",
-                 "q_figures:run_q_vs_flow"),
+                 "q_figures:run_q_vs_flow", 38.8, "2-core CPU"),
     Reproduction("optimize-shape", "learned per-coordinate init shapes vs balanced vs best "
-                 "uniform (diagonal net)", "optimize_shape:run_optimize_shape"),
+                 "uniform (diagonal net)", "optimize_shape:run_optimize_shape", 29.8,
+                 "2-core CPU"),
     Reproduction("teacher-student", "ReLU teacher–student (docs/theory §2.8): flow limit vs GD "
-                 "endpoint", "teacher_student:run_teacher_student", 61,
-                 "issue 'The first hour' (61 s without output)"),
+                 "endpoint", "teacher_student:run_teacher_student", 41, "2-core CPU"),
 )
 
 

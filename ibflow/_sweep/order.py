@@ -34,7 +34,7 @@ class CostOrder(AbstractOrder):
         if not params:
             return np.arange(size)
         # Abstract probe and one compiled cost program: op-by-op evaluation of `build` would
-        # compile each of its primitives separately (~2 s of a first call on the Figure 7.1 grid).
+        # compile each of its primitives separately (most of a first call on the Figure 7.1 grid).
         # numpy, not jnp.asarray: that compiles a conversion program per shape.
         probe = eqx.filter_eval_shape(build, **{k: np.asarray(v[0]) for k, v in params.items()})
         if not isinstance(probe, AbstractCostEstimate):

@@ -39,10 +39,9 @@ _REFERENCES = {"min_l1": min_l1_interpolant, "min_l2": lambda X, y: np.asarray(
     min_l2_interpolant(X, y))}
 
 
-#: Default members per chunk on a GPU: the 10⁴-member Figure 7.1 grid on an H200 took 1.05,
-#: 0.54, 0.52, 0.46 and 0.60 s warm at chunks of 128, 512, 1024, 2048 and 10⁴
-#: (`python -m benchmarks.gpu`, benchmarks/results/gpu.md; 0.94, 0.53, 0.49 and 0.52 s at 128,
-#: 512, 2048 and 10⁴ on another lease).
+#: Default members per chunk on a GPU: on the 10⁴-member Figure 7.1 grid, chunks of 512 to 2048
+#: members run fastest; smaller ones leave the GPU underused, and a larger batch gains nothing
+#: (see benchmarks/results/gpu.md).
 ACCELERATOR_CHUNK = 2048
 
 
@@ -79,7 +78,7 @@ def sweep(
       ``out=``, naming it.
     - `chunk_size`: members per compiled batch on one device. Default: 8 on CPU (small batches
       of cost-sorted members waste the fewest lockstep steps), ``ACCELERATOR_CHUNK`` = 2048 (or
-      the grid's size, if smaller) on accelerators (measured: `benchmarks/gpu.py`). Every chunk
+      the grid's size, if smaller) on accelerators. Every chunk
       has the same shape (the last one is padded), so the whole sweep compiles once.
     - `order`: a member-ordering strategy (`CostOrder()`: most expensive first by the models'
       `AbstractCostEstimate`; None: grid order). Members are chunked in this order.

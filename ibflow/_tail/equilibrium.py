@@ -20,16 +20,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jaxtyping import Array, Float
+from jaxtyping import Array, PyTree
 
+from .. import _checks
 from .._dynamics.base import AbstractConvexGradientDynamics
+from .._newton import AbstractNewtonProblem, Decrease, Direction, Point, damped_newton
+from .._status import Status
 
 #: Targets at or below this loss (relative to ``mean(y²)/2``) ask for the limit: the path point
 #: where the loss crosses them is within ~sqrt(1e-16) = 1e-8 (relative) of the limit, which Newton
 #: returns. A larger target is an early stop, reached on the path by the explicit phase.
 LIMIT_LEVEL = 1e-16
 
-#: Trial steps tried along one Newton direction before it counts as giving no decrease.
+#: Shrinkings of the step along one Newton direction, after the full step, before the direction
+#: counts as giving no decrease (the `Decrease` search's ``max_trials`` is one more).
 MAX_HALVINGS = 30
 #: The step's shrink factor after a trial point whose loss is not finite (halving otherwise).
 #: Far from the root of an exponential field (a diagonal net at α = 1e-12: −F' ~ α, so the
@@ -69,10 +73,7 @@ class EquilibriumNewton(eqx.Module):
 
     def __check_init__(self):
         for name, low in (("max_iterations", 1), ("max_chords", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"EquilibriumNewton: {name} must be an integer >= {low}; got "
-                                 f"{value!r}.")
+            _checks.width(getattr(self, name), f"EquilibriumNewton: {name}", low=low)
 
 
 def _stopped(tree):
@@ -96,31 +97,6 @@ def _factor(dynamics, state, shift=None, table=None):
                              lower=True)
     use = used > 0
     return (jnp.where(use, shifted[0], plain[0]), plain[1]), used
-
-
-def _line_search(fixed, state, loss, direction, active, max_halvings):
-    """Halve the step along `direction` until the loss decreases (at most `max_halvings`
-    times). Members that are not `active` (done, in a vmapped batch) take no halvings: without
-    this gate a finished member at its round-off floor would make every member of its batch
-    pay ``max_halvings`` loss evaluations per iteration. Returns the last trial ``(state, loss,
-    field, better, halvings)`` (`field`: the vector field there, computed with the loss); the
-    caller keeps it only where `better`."""
-
-    def shorter(search):
-        step, _, value, _, halvings = search
-        step = jnp.where(jnp.isfinite(value), 0.5, OVERFLOW_SHRINK) * step
-        trial = state + step * direction
-        return (step, trial, *fixed.loss_and_field(trial), halvings + 1)
-
-    def no_decrease(search):
-        _, _, value, _, halvings = search
-        return active & ~(value < loss) & (halvings < max_halvings)
-
-    first = state + direction
-    _, trial, value, field, halvings = jax.lax.while_loop(
-        no_decrease, shorter, (jnp.ones(()), first, *fixed.loss_and_field(first), jnp.array(0)))
-    better = active & (value < loss)
-    return trial, value, field, better, halvings
 
 
 def _chords(fixed, factor, state, loss, field, active, stop_at, max_chords):
@@ -171,13 +147,45 @@ def _implicit_root_jvp(primals, tangents):
     return root, jnp.where(ok, t_root, 0.0)
 
 
-class _Carry(eqx.Module):
-    state: Float[Array, " n"]
-    loss: Float[Array, ""]
-    field: Float[Array, " n"]
-    iterations: Array
-    stuck: Array
-    shift: Array  # the Levenberg–Marquardt shift the next iteration starts with (0: plain)
+class _Equilibrium(AbstractNewtonProblem):
+    """The root of a convex gradient field as a `damped_newton` problem: merit the dynamics'
+    loss (``aux``: the field, computed with it by `loss_and_field`), directions from the
+    Cholesky factor of ``−F'`` (`_factor`, with the Levenberg–Marquardt shift held in the memo),
+    chord steps after a full Newton step (`_chords`), done at loss ``≤ aim``."""
+
+    dynamics: AbstractConvexGradientDynamics
+    table: PyTree[Array] | None
+    aim: Array
+    max_chords: int
+
+    def evaluate(self, x):
+        return self.dynamics.loss_and_field(x)
+
+    def trial(self, point, direction, t):
+        x = point.x + t * direction.step
+        return Point(x, *self.dynamics.loss_and_field(x))
+
+    def direction(self, point, memo):
+        factor, shift = _factor(self.dynamics, point.x, memo, self.table)
+        return Direction(step=jsl.cho_solve(factor, point.aux), info=(factor, shift))
+
+    def converged(self, point, memo):
+        return point.value <= self.aim
+
+    def refine(self, previous, point, accepted, t, direction, status):
+        del status  # a failed search is retried with a shift; a non-finite direction too
+        factor, shift = direction.info
+        # Chords only where the full step was taken (the local regime: far from the root
+        # chord steps slow the damped iteration down).
+        x, loss, field = _chords(self.dynamics, factor, point.x, point.value, point.aux,
+                                 accepted & (t == 1) & (point.value > self.aim), self.aim,
+                                 self.max_chords)
+        # No decrease: retry from the same point with a larger shift (a shorter step, turning
+        # toward the field's direction), until the shift passes MAX_SHIFT.
+        retry = jnp.maximum(shift * SHIFT_GROWTH, MIN_SHIFT)
+        stuck = ~accepted & (retry > MAX_SHIFT)
+        return (Point(x, loss, field), jnp.where(accepted, 0.0, retry),
+                Status.where(stuck, Status.stalled, previous.status))
 
 
 def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, budget,
@@ -191,50 +199,25 @@ def newton_phase(dynamics: AbstractConvexGradientDynamics, state, *, stop_at, bu
     where that step was a full one (the local regime: far from the root chord steps slow the
     damped iteration down), up to ``tail.max_chords`` chord steps with the same factor
     (Shamanskii's method, `_chords`). Every trial point's loss and vector field come from one
-    evaluation (`loss_and_field`). Iterations count factorizations. Measured on the Figure 7.1
-    grid (100 members, Newton from ν = 0, `ibflow.sweep` with default options, 2-core CPU):
-    no chord step 4.77 iterations per member (max 8); one 3.72 (max 7); up to four, with the
-    fused evaluation, 2.90 (max 6), sweep 0.315 → 0.279 s against one chord step (medians of 9
-    calls, side by side)."""
+    evaluation (`loss_and_field`). Iterations count factorizations. A chord step costs one
+    field evaluation and a solve with the factor already at hand, a fraction of an iteration, and
+    near the root it gains almost as much as a Newton step, so a few chord steps per
+    factorization cut the iterations (and the sweep's time) on the Figure 7.1 grid."""
     fixed = _stopped(dynamics)
-    limit = jnp.minimum(budget, tail.max_iterations)
     aim = STOP_MARGIN * stop_at
-
-    def done(carry):
-        return (~run | (carry.loss <= aim) | carry.stuck | (carry.iterations >= limit)
-                | ~jnp.isfinite(carry.loss))
-
-    # Built once, outside the loop: under vmap over members sharing the data it is unbatched,
-    # so one table serves the whole batch (XLA does not hoist such size-inflating values).
-    table = fixed.newton_table()
-
-    def iterate(carry):
-        active = ~done(carry)
-        factor, shift = _factor(fixed, carry.state, carry.shift, table)
-        state, loss, field, better, halvings = _line_search(
-            fixed, carry.state, carry.loss, jsl.cho_solve(factor, carry.field), active,
-            MAX_HALVINGS)
-        state, loss, field = (jnp.where(better, state, carry.state),
-                              jnp.where(better, loss, carry.loss),
-                              jnp.where(better, field, carry.field))
-        state, loss, field = _chords(fixed, factor, state, loss, field,
-                                     better & (halvings == 0) & (loss > aim), aim,
-                                     tail.max_chords)
-        # No decrease: retry from the same point with a larger shift (a shorter step, turning
-        # toward the field's direction), until the shift passes MAX_SHIFT.
-        retry = jnp.maximum(shift * SHIFT_GROWTH, MIN_SHIFT)
-        return _Carry(state=state, loss=loss, field=field, iterations=carry.iterations + 1,
-                      stuck=~better & (retry > MAX_SHIFT),
-                      shift=jnp.where(better, 0.0, retry))
-
-    start = jax.lax.stop_gradient(state)
-    loss, field = fixed.loss_and_field(start)
-    carry = jax.lax.while_loop(lambda c: ~done(c), iterate, _Carry(
-        state=start, loss=loss, field=field, iterations=jnp.array(0), stuck=jnp.array(False),
-        shift=jnp.zeros(())))
-    root = _implicit_root(carry.state, dynamics)
-    result = dfx.RESULTS.where(carry.loss <= stop_at, dfx.RESULTS.event_occurred,
-                               dfx.RESULTS.where(carry.stuck, dfx.RESULTS.dt_min_reached,
+    # The table is built once, outside the loop: under vmap over members sharing the data it
+    # is unbatched, so one table serves the whole batch (XLA does not hoist such
+    # size-inflating values).
+    problem = _Equilibrium(dynamics=fixed, table=fixed.newton_table(), aim=aim,
+                           max_chords=tail.max_chords)
+    out = damped_newton(problem, jax.lax.stop_gradient(state),
+                        search=Decrease(max_trials=MAX_HALVINGS + 1, overflow=OVERFLOW_SHRINK),
+                        max_steps=jnp.where(run, jnp.minimum(budget, tail.max_iterations), 0),
+                        memo=jnp.zeros(()))
+    root = _implicit_root(out.point.x, dynamics)
+    result = dfx.RESULTS.where(out.point.value <= stop_at, dfx.RESULTS.event_occurred,
+                               dfx.RESULTS.where(out.status == Status.stalled,
+                                                 dfx.RESULTS.dt_min_reached,
                                                  dfx.RESULTS.max_steps_reached))
     result = dfx.RESULTS.where(run, result, dfx.RESULTS.successful)
-    return root, carry.iterations, result
+    return root, out.steps, result

@@ -10,11 +10,10 @@ in the tail, ``F' ≈ −speed · P · (1/n) JᵀJ`` with J the n × p output Ja
 costs one n × n inverse and O(n·p) per application: no p × p matrix is ever formed. The small
 matrix is inverted explicitly, once per step: the chord iteration applies it several times per
 stage, and a matrix product is one operation where an LU solve is two LAPACK triangular solves
-and a permutation (on a small problem those calls dominate: measured on the sliding leaky
-neuron of benchmarks/kinks.py, n = 8, p = 31, at rtol 1e-6, the whole solve took 4.9 ms with
-LU solves and 4.3 ms with the inverse, for the same 193 steps). The chord needs an approximate
-inverse only, and ``I − c·F'`` is far from singular where ``F'`` is minus a positive
-semi-definite form (gradient flows; mirror flows with a positive diagonal metric).
+and a permutation, and on a small problem (n of a few, p of tens) those calls cost more than the
+rest of the step. The chord needs an approximate inverse only, and ``I − c·F'`` is far from
+singular where ``F'`` is minus a positive semi-definite form (gradient flows; mirror flows with
+a positive diagonal metric).
 """
 
 import abc

@@ -9,6 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .. import _checks
+from .._newton import AbstractNewtonProblem, Armijo, Direction, Point, damped_newton
 from .._result import AbstractResult
 from .._status import Status
 from .regularizers.base import (
@@ -48,100 +49,78 @@ def _range_residual(X, g):
     return jnp.linalg.norm(g - X.T @ coef)
 
 
-@eqx.filter_jit
-def _dual_newton(Q, X, b, rtol, max_steps):
-    n = X.shape[0]
-    eps = jnp.finfo(X.dtype).eps
-    gram = lx.MatrixLinearOperator(X @ X.T, lx.positive_semidefinite_tag)
+class _Dual(AbstractNewtonProblem):
+    """The dual ``F(ν) = Q*(Xᵀν) − ⟨ν, b⟩`` (convex, ``∇F = Xw(ν) − b`` with
+    ``w(ν) = (∇Q)⁻¹(Xᵀν)``) as a `damped_newton` problem: merit F, ``aux = (w, Xw − b)``."""
 
-    def dual(nu):
-        """``F(ν) = Q*(Xᵀν) − ⟨ν, b⟩``, convex, ``∇F = Xw(ν) − b``."""
-        return Q.conjugate(X.T @ nu) - jnp.dot(nu, b)
+    Q: AbstractLegendreRegularizer
+    X: Float[Array, "n d"]
+    b: Float[Array, " n"]
+    gram: Float[Array, "n n"]  # XXᵀ
+    rtol: Float[Array, ""]
 
-    def dual_scale(nu):
-        return jnp.abs(Q.conjugate(X.T @ nu)) + jnp.abs(jnp.dot(nu, b))
+    def evaluate(self, nu):
+        z = self.X.T @ nu
+        w = self.Q.grad_inverse(z)
+        return self.Q.conjugate(z) - jnp.dot(nu, self.b), (w, self.X @ w - self.b)
 
-    def residual(nu):
-        w = Q.grad_inverse(X.T @ nu)
-        return w, X @ w - b
+    def trial(self, point, direction, t):
+        nu = point.x + t * direction.step
+        z, step_z = self.X.T @ nu, self.X.T @ direction.step
+        w, dw = jax.jvp(self.Q.grad_inverse, (z,), (step_z,))
+        # A trial counts only where Q* is curved along the step: this keeps the iterates where
+        # Q* is strictly convex (outside the flat subdifferential ball of a conic point, e.g.
+        # the single neuron with δ < 0, [THEORY §2.4][theory-2-4]), where the Newton model is
+        # meaningful; the minimizer lies there whenever b ≠ 0.
+        value = jnp.where(jnp.dot(step_z, dw) > 0, self.Q.conjugate(z) - jnp.dot(nu, self.b),
+                          jnp.inf)
+        return Point(nu, value, (w, self.X @ w - self.b))
 
-    def done(w, r):
-        # Per-equation roundoff scale of ⟨xᵢ, w⟩ − bᵢ.
-        scale = jnp.abs(X) @ jnp.abs(w) + jnp.abs(b)
-        return jnp.all(jnp.abs(r) <= rtol * scale)
-
-    def newton_direction(nu, r):
+    def direction(self, point, memo):
+        nu, (_, r) = point.x, point.aux
         # ∇²F = X ∇²Q*(Xᵀν) Xᵀ; ∇²Q* Xᵀ by n Jacobian-vector products of (∇Q)⁻¹ (the Jacobian
         # is diagonal or diagonal + rank one for every regularizer here: O(nd) each).
-        _, jvp = jax.linearize(Q.grad_inverse, X.T @ nu)
-        hess = X @ jax.vmap(jvp, in_axes=1, out_axes=1)(X.T)
+        _, jvp = jax.linearize(self.Q.grad_inverse, self.X.T @ nu)
+        hess = self.X @ jax.vmap(jvp, in_axes=1, out_axes=1)(self.X.T)
         hess = (hess + hess.T) / 2
         op = lx.MatrixLinearOperator(hess, lx.positive_semidefinite_tag)
         newton = -lx.linear_solve(op, r, solver=lx.Cholesky(), throw=False).value
         # Where ∇²Q* vanishes (the subdifferential ball of a conic point, e.g. the single
         # neuron with δ < 0, [THEORY §2.4][theory-2-4]) F is locally linear and the Newton system
         # singular: step along the gradient in the metric XXᵀ instead (the line search sizes it).
+        gram = lx.MatrixLinearOperator(self.gram, lx.positive_semidefinite_tag)
         fallback = -lx.linear_solve(gram, r, solver=lx.Cholesky(), throw=False).value
-        return jnp.where(jnp.all(jnp.isfinite(newton)), newton, fallback)
+        step = jnp.where(jnp.all(jnp.isfinite(newton)), newton, fallback)
+        scale = jnp.abs(self.Q.conjugate(self.X.T @ nu)) + jnp.abs(jnp.dot(nu, self.b))
+        return Direction(step=step, slope=jnp.dot(r, step),
+                         slack=64 * jnp.finfo(self.X.dtype).eps * scale)
 
-    def line_search(nu, f, r, direction):
-        slope = jnp.dot(r, direction)  # < 0 for a descent direction
-        slack = 64 * eps * dual_scale(nu)
+    def converged(self, point, memo):
+        w, r = point.aux
+        # Per-equation roundoff scale of ⟨xᵢ, w⟩ − bᵢ.
+        scale = jnp.abs(self.X) @ jnp.abs(w) + jnp.abs(self.b)
+        return jnp.all(jnp.abs(r) <= self.rtol * scale)
 
-        def cond(carry):
-            t, accepted = carry
-            return (~accepted) & (t > 1e-300)
+    def refine(self, previous, point, accepted, t, direction, status):
+        return point, previous.memo, status
 
-        step_z = X.T @ direction
 
-        def acceptable(t):
-            trial = nu + t * direction
-            f_new = dual(trial)
-            # Also require curvature along the step at the trial point: this keeps the
-            # iterates where Q* is strictly convex (outside the flat subdifferential ball of a
-            # conic point, e.g. the single neuron with δ < 0, [THEORY §2.4][theory-2-4]), where the
-            # Newton model is meaningful; the minimizer lies there whenever b ≠ 0.
-            _, dw = jax.jvp(Q.grad_inverse, (X.T @ trial,), (step_z,))
-            curved = jnp.dot(step_z, dw) > 0
-            return jnp.isfinite(f_new) & curved & (f_new <= f + 1e-4 * t * slope + slack)
+#: Halvings of the dual's line search: step lengths down to 2⁻⁹⁹⁷ < 1e-300.
+_DUAL_SEARCH = Armijo(c=1e-4, max_trials=998)
 
-        def body(carry):
-            t, _ = carry
-            t = t / 2
-            return t, acceptable(t)
 
-        ok1 = acceptable(jnp.ones(()))
-        t, accepted = jax.lax.while_loop(cond, body, (jnp.ones(()), ok1))
-        return t, accepted & (slope < 0)
-
-    def cond(carry):
-        nu, w, r, steps, status = carry
-        return (status == Status.budget_exhausted) & ~done(w, r) & (steps < max_steps)
-
-    def body(carry):
-        nu, w, r, steps, status = carry
-        direction = newton_direction(nu, r)
-        finite = jnp.all(jnp.isfinite(direction))
-        direction = jnp.where(finite, direction, 0.0)
-        t, accepted = line_search(nu, dual(nu), r, direction)
-        new_nu = jnp.where(accepted, nu + t * direction, nu)
-        new_w, new_r = residual(new_nu)
-        status = Status.where(
-            finite, Status.where(accepted, status, Status.line_search_failed),
-            Status.singular)
-        return new_nu, new_w, new_r, steps + 1, status
-
-    nu0 = jnp.zeros(n, dtype=X.dtype)
-    w0, r0 = residual(nu0)
-    init = (nu0, w0, r0, jnp.zeros((), dtype=int), Status.budget_exhausted)
-    nu, w, r, steps, status = jax.lax.while_loop(cond, body, init)
-    status = Status.where(done(w, r), Status.converged, status)
+@eqx.filter_jit
+def _dual_newton(Q, X, b, rtol, max_steps):
+    problem = _Dual(Q=Q, X=X, b=b, gram=X @ X.T, rtol=rtol)
+    out = damped_newton(problem, jnp.zeros(X.shape[0], dtype=X.dtype), search=_DUAL_SEARCH,
+                        max_steps=max_steps)
+    (w, r), nu = out.point.aux, out.point.x
     feasibility = jnp.linalg.norm(r)
     stationarity = _range_residual(X, Q.grad(w))
-    status = Status.where(jnp.isfinite(feasibility) & jnp.all(jnp.isfinite(w)), status,
-                                   Status.singular)
+    status = Status.where(jnp.isfinite(feasibility) & jnp.all(jnp.isfinite(w)), out.status,
+                          Status.singular)
     return RegularizerMinimum(w=w, nu=nu, feasibility=feasibility, stationarity=stationarity,
-                              steps=steps, status=status)
+                              steps=out.steps, status=status)
 
 
 @jax.jit
@@ -209,9 +188,10 @@ def minimize_regularizer(
     F itself, starts from ν = 0 (that is, from ``w₀``, since ``∇Q(w₀) = 0``); the line search
     is what makes small ``k`` and large ``|δ|`` safe: an overflowing trial point has
     ``F = +inf`` and is rejected ([THEORY §2.3][theory-2-3] solver tip). The Newton systems are
-    solved by lineax (Cholesky). The loop is hand-written because optimistix 0.1.0 has no
-    minimiser that combines an exact Hessian with a line search (`optx.Newton` is an undamped
-    root finder, `optx.BFGS` approximates the Hessian and needs many more steps to reach 1e-12).
+    solved by lineax (Cholesky). The loop is ibflow's one damped Newton routine
+    (`ibflow._newton.damped_newton`): optimistix 0.1.0 has no minimiser that combines an exact
+    Hessian with a line search (`optx.Newton` is an undamped root finder, `optx.BFGS`
+    approximates the Hessian and needs many more steps to reach 1e-12).
 
     It stops when every equation holds to ``rtol`` times its roundoff scale
     ``Σⱼ|Xᵢⱼwⱼ| + |bᵢ|``. Jittable and vmappable over `Q`, `X`, `y` (statuses per member).

@@ -2,14 +2,13 @@
 Newton."""
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-from jaxtyping import ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .. import _checks
 from .._models.shallow import AbstractBiasDistribution, UniformBias
+from .._newton import AbstractNewtonProblem, Armijo, Direction, Point, damped_newton
 from .._potentials.base import AbstractPotential
-from .._status import Status
 from .solution import VariationalSolution, check_data, midpoint_grid
 
 
@@ -28,8 +27,10 @@ def abs_variational(
     objective ``Σ ω_j p_j D_φ(β_j/(2p_j), 0)``, separable and strictly convex. Solved by Newton's
     method with equality constraints (Boyd–Vandenberghe §10.2) from the feasible quadratic solution
     (φ replaced by its second-order expansion at 0), Armijo backtracking, the m×m Schur
-    complement ``A H⁻¹ Aᵀ`` per step. Stops when the Newton decrement ``λ²/2`` falls below
-    ``tol · max(1, objective)``; otherwise `status` is `Status.budget_exhausted`.
+    complement ``A H⁻¹ Aᵀ`` per step (ibflow's one damped Newton routine,
+    `ibflow._newton.damped_newton`). Stops when the Newton decrement ``λ²/2`` falls below
+    ``tol · max(1, objective)``; otherwise `status` is `Status.budget_exhausted` (or
+    `Status.line_search_failed` where no step length down to 2⁻³⁴ decreases the objective).
 
     **Arguments:** `x` (m,) or (m, 1); `h` (m,); `potential` the convex φ; `bias` p_B (its density
     must be positive on the grid); `num_grid` N; `max_iter` Newton iterations; `tol`.
@@ -43,52 +44,57 @@ def abs_variational(
     return _solve(x, h, t, w, bias, potential, max_iter, jnp.asarray(tol, dtype=float))
 
 
+class _Constrained(AbstractNewtonProblem):
+    """``min Σ ω_j p_j D_φ(β_j/(2p_j), 0)`` s.t. ``Aβ = h`` as a `damped_newton` problem from a
+    feasible point: merit the objective; the memo holds the last Newton decrement ``λ²/2``."""
+
+    A: Float[Array, "m N"]
+    h: Float[Array, " m"]
+    w: Float[Array, " N"]
+    p: Float[Array, " N"]
+    phi: AbstractPotential
+    tol: Float[Array, ""]
+
+    def evaluate(self, beta):
+        return jnp.sum(self.w * self.p * self.phi.bregman(beta / (2 * self.p), jnp.zeros(()))), None
+
+    def trial(self, point, direction, t):
+        beta = point.x + t * direction.step
+        return Point(beta, *self.evaluate(beta))
+
+    def direction(self, point, memo):
+        beta, A = point.x, self.A
+        g = 0.5 * self.w * (self.phi.derivative(beta / (2 * self.p))
+                            - self.phi.derivative(jnp.zeros(())))
+        hinv = 1.0 / _hessian(self.w, self.p, self.phi, beta)
+        schur = (A * hinv[None, :]) @ A.T
+        nu = -jnp.linalg.solve(schur, self.h - A @ beta + A @ (hinv * g))
+        step = -hinv * (g + A.T @ nu)
+        return Direction(step=step, slope=g @ step)
+
+    def converged(self, point, memo):
+        return memo <= self.tol * jnp.maximum(1.0, point.value)
+
+    def refine(self, previous, point, accepted, t, direction, status):
+        return point, -0.5 * direction.slope, status
+
+
+def _hessian(w, p, phi, beta):
+    """The objective's Hessian, diagonal (N,)."""
+    return w * phi.second_derivative(beta / (2 * p)) / (4 * p)
+
+
 @eqx.filter_jit
 def _solve(x, h, t, w, bias, phi, max_iter, tol):
     p = bias.density(t)
     A = 0.5 * w[None, :] * jnp.abs(x[:, None] - t[None, :])
-    zero = jnp.zeros(())
-
-    def objective(beta):
-        return jnp.sum(w * p * phi.bregman(beta / (2 * p), zero))
-
-    def gradient(beta):
-        return 0.5 * w * (phi.derivative(beta / (2 * p)) - phi.derivative(zero))
-
-    def hessian(beta):
-        return w * phi.second_derivative(beta / (2 * p)) / (4 * p)
-
-    def newton_direction(beta):
-        hinv = 1.0 / hessian(beta)
-        g = gradient(beta)
-        residual = h - A @ beta
-        schur = (A * hinv[None, :]) @ A.T
-        nu = -jnp.linalg.solve(schur, residual + A @ (hinv * g))
-        return -hinv * (g + A.T @ nu)
-
     # Feasible start: the quadratic problem (φ ≈ φ(0) + φ'(0)u + φ''(0)u²/2), one solve.
-    hinv0 = 1.0 / hessian(jnp.zeros_like(t))
+    hinv0 = 1.0 / _hessian(w, p, phi, jnp.zeros_like(t))
     beta0 = hinv0 * (A.T @ jnp.linalg.solve((A * hinv0[None, :]) @ A.T, h))
-
-    def cond(carry):
-        _, it, decrement = carry
-        return (it < max_iter) & (decrement > tol * jnp.maximum(1.0, objective(carry[0])))
-
-    def body(carry):
-        beta, it, _ = carry
-        step = newton_direction(beta)
-        slope = gradient(beta) @ step
-        f0 = objective(beta)
-
-        def backtrack(s):
-            return (objective(beta + s * step) > f0 + 0.25 * s * slope) & (s > 1e-10)
-
-        size = jax.lax.while_loop(backtrack, lambda s: 0.5 * s, jnp.ones(()))
-        return beta + size * step, it + 1, -0.5 * slope
-
-    beta, it, decrement = jax.lax.while_loop(cond, body, (beta0, jnp.array(0), jnp.array(jnp.inf)))
-    converged = decrement <= tol * jnp.maximum(1.0, objective(beta))
+    out = damped_newton(_Constrained(A=A, h=h, w=w, p=p, phi=phi, tol=tol), beta0,
+                        search=Armijo(c=0.25, max_trials=35), max_steps=max_iter,
+                        memo=jnp.array(jnp.inf))
+    zero = jnp.zeros(())
     return VariationalSolution(
-        grid=t, weights=w, curvature=beta, intercept=zero, slope=zero, objective=objective(beta),
-        status=Status.where(converged, Status.converged, Status.budget_exhausted),
-        activation="abs")
+        grid=t, weights=w, curvature=out.point.x, intercept=zero, slope=zero,
+        objective=out.point.value, status=out.status, activation="abs")

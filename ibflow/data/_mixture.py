@@ -58,8 +58,8 @@ def near_orthogonality(X: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
 
     Frei et al.'s condition ``‖xᵢ‖² ≥ C n max_{k≠i} |⟨xᵢ, x_k⟩|`` holds with constant C exactly when
     this number is ≤ 1/C: small values (≪ 1) mean nearly orthogonal data. For the seed's mixture
-    (n = 10, d = 784) it is about ``n σ_e √(2 log(n²)) / (σ_e √d)`` ≈ 1 (measured 0.75 and 1.13 for
-    two draws), i.e. only C ≈ 1; for the digits it is ≈ 10². Jit/vmap-able.
+    (n = 10, d = 784) it is about ``n σ_e √(2 log(n²)) / (σ_e √d)`` ≈ 1 (a little below or above
+    1 from draw to draw), i.e. only C ≈ 1; for the digits it is ≈ 10². Jit/vmap-able.
     """
     X = _checks.finite(_checks.real_array(X, "X", ndim=2), "X")
     if X.shape[0] < 2:
