@@ -71,6 +71,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "._solution": ("Solution", "Trajectory"),
     "._kinks.mode": ("EVENT_KINDS", "KinkReport"),
     "._tail.equilibrium": ("EquilibriumNewton",),
+    "._tail.base": ("AbstractTail",),
     "._result": ("AbstractResult",),
     "._status": ("Status",),
     "._errors": ("FlowError",),

@@ -24,17 +24,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from ._dynamics.base import AbstractDynamics
-from ._dynamics.parameters import ParameterDynamics
+from ._dynamics.base import AbstractDynamics, AbstractStationaryEndDynamics
 from ._errors import check_result
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.segments import DEFAULT_MAX_SWITCHES, observe_saved, solve_segments
 from ._progress import LossProgress
 from ._solution import Solution, Trajectory, observation, with_predictor
-from ._status import Status, status_from_diffrax
+from ._status import Status, phase_status
+from ._tail.base import AbstractTail, Phase
 from ._tail.budget import BudgetController
 from ._tail.chord import StructuredChord
-from ._tail.equilibrium import LIMIT_LEVEL, EquilibriumNewton, newton_phase
 from ._tail.stiffness import STIFF_CEILING, StiffnessWatch
 
 
@@ -51,7 +50,7 @@ class SolveOptions(eqx.Module):
     dt0: Float[Array, ""] | None
     save_at: Float[Array, " T"] | None
     solver: dfx.AbstractAdaptiveSolver
-    stiff_solver: dfx.AbstractAdaptiveSolver | EquilibriumNewton | None
+    stiff_solver: AbstractTail | None
     adjoint: dfx.AbstractAdjoint
     max_steps: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
@@ -90,10 +89,10 @@ class _Stationarity(eqx.Module):
 
 def _stationarity(dynamics):
     """The stationarity reference for dynamics that can end at a non-interpolating stationary
-    point (smooth parameter-space flows: `ParameterDynamics`), else None. Reductions are
+    point (`AbstractStationaryEndDynamics`: smooth parameter-space flows), else None. Reductions are
     gradient flows of convex functions (or classifiers with vanishing loss) and keep the one
     stop of their loss event."""
-    if not isinstance(dynamics, ParameterDynamics) or isinstance(
+    if not isinstance(dynamics, AbstractStationaryEndDynamics) or isinstance(
             dynamics, AbstractSwitchingDynamics):
         return None
     state = dynamics.initial_state()
@@ -106,23 +105,6 @@ def _is_stationary(dynamics, reference, state, loss):
     field = jnp.linalg.norm(dynamics.unit_speed_field(state, None))
     fall = jnp.minimum(1.0, loss / reference.loss0)
     return jnp.isfinite(loss) & (field <= STATIONARY_TOL * reference.field0 * fall)
-
-
-class _Phase(eqx.Module):
-    state: object
-    clock: Array
-    steps: Array
-    accepted: Array
-    status: Status  # converged: the phase reached its stop level
-    saved: object
-    kinks: tuple | None = None  # switching dynamics: (mode, KinkReport)
-    proposed_dt: Array | None = None  # the controller's next step where the phase stopped
-
-
-def _phase_status(result):
-    """A phase's status from its Diffrax result: converged when its stop event occurred."""
-    status = status_from_diffrax(result, jnp.zeros(()))
-    return Status.where(result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
 
 
 def _with_structured_root_finder(solver, dynamics):
@@ -172,7 +154,7 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
             adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
             report=report, save_at=options.save_at, saved=saved,
             progress=progress, watch=watch)
-        return _Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
+        return Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
                       saved=saved, kinks=(mode, report), proposed_dt=dt)
 
     # A start that already meets the stop level (y ≡ 0; a target the initial model fits): the
@@ -208,13 +190,13 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
         throw=False, adjoint=options.adjoint)
     last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
     status = Status.where(sol.controller_state.stiff | met, Status.converged,
-                          _phase_status(sol.result))
+                          phase_status(sol.result))
     if stationarity is not None:
         value = dynamics.loss(last)
         at_rest = (sol.result == dfx.RESULTS.event_occurred) & ~(value <= stop_at) & (
             _is_stationary(dynamics, stationarity, last, value))
         status = Status.where(still | at_rest, Status.stationary, status)
-    return _Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
+    return Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
                   accepted=sol.stats["num_accepted_steps"], status=status,
                   saved=sol.ys[1] if options.save_at is not None else None)
 
@@ -279,31 +261,27 @@ def _stationary_newton(dynamics, state, start, run, budget, loss_scale):
 
 
 def _tail_phase(dynamics, tail, first, *, budget, options, progress):
-    """The second phase from where the first stopped: Newton to the equilibrium
-    (`EquilibriumNewton`), or the implicit Runge–Kutta tail with the structured root finder.
+    """The second phase from where the first stopped, run by the tail strategy (an
+    `AbstractTail`: Newton to the equilibrium, or an implicit Runge–Kutta method with the
+    structured root finder).
     It runs only where the first phase stopped at its level and above the target: a target at
     or above the switch level is the first phase's own stop. (A tail started below its stop
     level sees no crossing of the segment loop's loss event, ``log(L/stop)``, and ran on to
     ``t_max``: ``Solution.time`` 1e14 and the limit instead of the path at the target.)"""
     run = (first.status == Status.converged) & (
         dynamics.loss(first.state) > options.target_loss)
-    if isinstance(tail, EquilibriumNewton):
-        state, iterations, result = newton_phase(dynamics, first.state,
-                                                 stop_at=options.target_loss, budget=budget,
-                                                 tail=tail, run=run)
-        if progress is not None:
-            progress.update(dynamics.loss(state), steps=first.steps + iterations)
-        # Newton jumps to the limit, reached at t = ∞ (Solution.time and clock).
-        return _Phase(state=state, clock=jnp.where(run & (iterations > 0), jnp.inf, first.clock),
-                      steps=iterations,
-                      accepted=iterations, status=_phase_status(result), saved=first.saved)
-    # Through kinks, the tail starts with the step the explicit phase would have taken next
-    # (stability-limited there, so small for an implicit method, which grows it; Diffrax's own
-    # selection costs two field evaluations and started smaller still).
-    return _phase(dynamics, _with_structured_root_finder(tail, dynamics), first.state,
-                  first.clock, stop_at=options.target_loss, budget=budget, options=options,
-                  progress=progress, run=run, kinks=first.kinks, saved=first.saved,
-                  dt0=first.proposed_dt)
+
+    def integrate(solver):
+        # Through kinks, the tail starts with the step the explicit phase would have taken next
+        # (stability-limited there, so small for an implicit method, which grows it; Diffrax's
+        # own selection costs two field evaluations and started smaller still).
+        return _phase(dynamics, _with_structured_root_finder(solver, dynamics), first.state,
+                      first.clock, stop_at=options.target_loss, budget=budget, options=options,
+                      progress=progress, run=run, kinks=first.kinks, saved=first.saved,
+                      dt0=first.proposed_dt)
+
+    return tail.run(dynamics, first, run=run, stop_at=options.target_loss, budget=budget,
+                    progress=progress, integrate=integrate)
 
 
 def _merge_saved(save_at, first, second, c_switch):
@@ -328,14 +306,13 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     progress = LossProgress.start(dynamics.loss(dynamics.initial_state()),
                                   options.target_loss) if options.progress else None
     tail = options.stiff_solver
-    first_stop = options.target_loss if tail is None else jnp.maximum(
-        options.target_loss, options.stiff_switch * options.loss_scale)
-    if isinstance(tail, EquilibriumNewton):  # an early-stop target is reached on the path
-        early = options.target_loss > LIMIT_LEVEL * options.loss_scale
-        first_stop = jnp.where(early, options.target_loss, first_stop)
+    first_stop = options.target_loss if tail is None else tail.first_stop(
+        options.target_loss, jnp.maximum(options.target_loss,
+                                         options.stiff_switch * options.loss_scale),
+        options.loss_scale)
     budget = jnp.asarray(options.max_steps)
     watch = None
-    if options.watch_stiffness and tail is not None and not isinstance(tail, EquilibriumNewton):
+    if options.watch_stiffness and tail is not None and tail.watches_stiffness:
         watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
     # The explicit phase alone tests for stationarity: the tail starts below the switch level,
     # on an interpolating flow's path, and the test's extra gradient per step is a large share

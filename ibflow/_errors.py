@@ -25,6 +25,8 @@ ADVICE = {
     "degenerate_sliding": "pass formulation=ibflow.ParameterSpace(kinks=False) to treat the "
                           "model as smooth",
     "not_computed": "run the computation",
+    "stationary": "the limit does not interpolate: inspect it with ibflow.certify (minimum or "
+                  "saddle), or change the initialization",
 }
 
 

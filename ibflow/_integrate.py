@@ -22,30 +22,14 @@ from ._kinks.segments import DEFAULT_MAX_SWITCHES
 from ._losses import AbstractLoss, SquareLoss
 from ._models.base import AbstractPredictorModel
 from ._solution import Solution
+from ._tail.base import AbstractTail
 from ._tail.equilibrium import EquilibriumNewton
+from ._tail.integrated import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_STIFF_SWITCH, IntegratedTail
 
 #: Default convergence threshold, relative to the loss of the zero predictor ``mean(y²)/2``.
 #: The loss falls exponentially at the end, so a tight target costs few steps; at 1e-24 the
 #: remaining distance to the limit is ~1e-12 of ‖y‖ on the problems of [THEORY §2.8][theory-2-8].
 DEFAULT_RELATIVE_TARGET = 1e-24
-#: Default path tolerances of the explicit phase.
-DEFAULT_RTOL, DEFAULT_ATOL = 1e-10, 1e-14
-#: ... when the tail is `EquilibriumNewton`: the limit is the vector field's unique root, reached
-#: from wherever the explicit phase stops, so the path tolerance only shapes the path up to the
-#: switch (and its time). On the Figure 7.1 grid (d = 1000, n = 100, 100 members) the limits lie
-#: as close to Theorem 1's minimizers (a few 1e-12, relative) at rtol 1e-6 as at 1e-10, and the
-#: looser path takes far fewer explicit steps (timings: benchmarks/results/work_precision.md).
-DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL = 1e-6, 1e-10
-#: Default loss level (relative to ``mean(y²)/2``) where the explicit phase hands over to the
-#: tail: an implicit Runge–Kutta tail takes over at 1e-8. Newton's basin, for a strictly convex
-#: dual, is everything and the limit does not depend on the path, so Newton takes over at 1,
-#: the zero predictor's loss: at once from a zero initial predictor (`Solution.time`, the switch
-#: time, is then 0). On 140-member grids (α ∈ [1e-8, 10], s up to ±0.999; the Figure 7.1 data
-#: and a second set, n = 40, d = 100) the same members converge, to the same ≤ 2e-10 of
-#: Theorem 1's minimizers (`minimize_regularizer`), switching at 1e-4, 1e-1 or 1; switching at 1
-#: is the cheapest, because the explicit phase's Tsit5 steps do not shorten the Newton tail (as
-#: many Newton iterations after a stretch of path as from the start).
-DEFAULT_STIFF_SWITCH, DEFAULT_NEWTON_SWITCH = 1e-8, 1.0
 #: The clock's horizon when no time budget (`t_max`) is given: the solve ends on the loss event.
 DEFAULT_T_MAX = 1e14
 
@@ -205,25 +189,26 @@ def _positive_scale(loss_scale, model, X):
 
 #: The default tails, built once (an Equinox module's construction runs Python checks and
 #: conversions, a noticeable part of `integrate`'s own overhead on a small problem).
-_KVAERNO4, _KVAERNO5 = dfx.Kvaerno4(), dfx.Kvaerno5()
+_KVAERNO4, _KVAERNO5 = IntegratedTail(dfx.Kvaerno4()), IntegratedTail(dfx.Kvaerno5())
+_NEWTON = EquilibriumNewton()
 
 
 def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
-    """The tail strategy. ``"auto"``: Newton to the equilibrium where the dynamics has a unique
-    attracting one, no trajectory is asked for, the target is the default one (the limit) and no
-    time budget `t_max` is set (the limit lies at t = ∞, beyond any budget): the path after the
-    switch is then not needed. Otherwise Kvaerno5 (Kvaerno4 through kinks) with the dynamics'
-    structured Jacobian (dense for reductions, low rank by Woodbury in parameter space): no size
-    cutoff, no p × p matrix; it follows the path, so a target of one's own (an early stop deep
-    in the stiff tail) is met on the path."""
-    unique = isinstance(dynamics, AbstractConvexGradientDynamics)
+    """The tail strategy (an `AbstractTail`, or None). ``"auto"``: Newton to the equilibrium where
+    the dynamics has a unique attracting one, no trajectory is asked for, the target is the
+    default one (the limit) and no time budget `t_max` is set (the limit lies at t = ∞, beyond
+    any budget): the path after the switch is then not needed. Otherwise Kvaerno5 (Kvaerno4
+    through kinks) with the dynamics' structured Jacobian (dense for reductions, low rank by
+    Woodbury in parameter space): no size cutoff, no p × p matrix; it follows the path, so a
+    target of one's own (an early stop deep in the stiff tail) is met on the path. A Diffrax
+    solver is an `IntegratedTail`; a tail of one's own is checked against the dynamics."""
     if isinstance(stiff_solver, str):
         if stiff_solver != "auto":
             raise ValueError("stiff_solver must be a Diffrax solver, ibflow.EquilibriumNewton(), "
                              "None or 'auto'.")
-        newton = unique and save_at is None and default_target and not time_budget
-        if newton:
-            return EquilibriumNewton()
+        unique = isinstance(dynamics, AbstractConvexGradientDynamics)
+        if unique and save_at is None and default_target and not time_budget:
+            return _NEWTON
         # Through kinks: Kvaerno4. Kvaerno5 compiles slowly through the segment loop (its
         # larger stage count, once per segment) and, on the width-4096 ReLU net under mirror
         # flow, lands 5e-10 from a tight (rtol 1e-12) reference at rtol 1e-10; Kvaerno3 is
@@ -231,23 +216,17 @@ def _stiff_solver(stiff_solver, dynamics, save_at, default_target, time_budget):
         # lands 1.1e-10 from the reference and takes fewer steps than Kvaerno3 on sliding leaky
         # neurons as well.
         return _KVAERNO4 if isinstance(dynamics, AbstractSwitchingDynamics) else _KVAERNO5
-    if isinstance(stiff_solver, EquilibriumNewton):
-        if not unique:
-            raise ValueError("stiff_solver=EquilibriumNewton() needs dynamics with one attracting "
-                             "equilibrium (e.g. the diagonal net's reduction); these have none.")
-        if save_at is not None:
-            raise ValueError("stiff_solver=EquilibriumNewton() does not compute the path after "
-                             "the switch, so it cannot fill save_at; use 'auto' or a Diffrax "
-                             "solver.")
+    if isinstance(stiff_solver, AbstractTail):
+        stiff_solver.check(dynamics, save_at)
         return stiff_solver
-    return _solver(stiff_solver, "stiff_solver", allow_none=True)
+    solver = _solver(stiff_solver, "stiff_solver", allow_none=True)
+    return None if solver is None else IntegratedTail(solver)
 
 
 def _path_defaults(rtol, atol, stiff_switch, tail):
     """``rtol``, ``atol`` and ``stiff_switch`` with None replaced by the tail's defaults."""
-    defaults = ((DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL, DEFAULT_NEWTON_SWITCH)
-                if isinstance(tail, EquilibriumNewton)
-                else (DEFAULT_RTOL, DEFAULT_ATOL, DEFAULT_STIFF_SWITCH))
+    defaults = (DEFAULT_RTOL, DEFAULT_ATOL, DEFAULT_STIFF_SWITCH) if tail is None else (
+        tail.path_defaults())
     return tuple(d if v is None else v for v, d in zip((rtol, atol, stiff_switch), defaults))
 
 
@@ -334,7 +313,9 @@ def integrate(
     sliding time and final pattern. ``formulation=ParameterSpace(kinks=False)`` treats the
     model as smooth instead.
 
-    The status is `converged` if and only if the returned model's loss is ≤ `target_loss`.
+    The status is `converged` if and only if the returned model's loss is ≤ `target_loss`;
+    `stationary` when, in parameter space, the flow's field vanished first, above the target (a
+    spurious minimum or a saddle, polished by Newton; `ibflow.certify` tells which).
     Tolerances, targets and every array in `model` are traced, so integrating many
     initializations (or tolerances) compiles once.
     """

@@ -59,4 +59,12 @@ def status_from_diffrax(result, loss) -> Status:
     return Status.where(jnp.isfinite(loss), status, Status.nonfinite)
 
 
-__all__ = ["STATUS_NAMES", "Status", "status_code", "status_from_diffrax"]
+
+def phase_status(result) -> Status:
+    """A phase's status from its Diffrax(-style) result: converged when its stop event
+    occurred, stalled when the step size collapsed, else as `status_from_diffrax`."""
+    status = status_from_diffrax(result, jnp.zeros(()))
+    return Status.where(result == dfx.RESULTS.dt_min_reached, Status.stalled, status)
+
+
+__all__ = ["STATUS_NAMES", "Status", "phase_status", "status_code", "status_from_diffrax"]

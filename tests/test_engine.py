@@ -150,7 +150,7 @@ def test_plain_equinox_module_reaches_the_closed_form_limit(getkey):
     ("target_loss", -1.0), ("target_loss", float("inf")), ("stiff_switch", 0.0),
     ("max_steps", 0), ("max_steps", 2.5), ("max_steps", True), ("rtol", "tight"),
     ("rtol", 1e-6 + 1e-6j), ("solver", "Tsit5"), ("stiff_solver", "fast"),
-    ("adjoint", None), ("formulation", "parameters"), ("method", "exact"), ("flow", 1.0),
+    ("adjoint", None), ("formulation", "parameters"), ("flow", 1.0),
     ("loss", "square"), ("save_at", []), ("throw", "no"),
 ])
 def test_every_invalid_option_is_refused_by_name(option, value):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ibflow
-from ibflow._integrate import DEFAULT_NEWTON_SWITCH
+from ibflow._tail.equilibrium import DEFAULT_NEWTON_SWITCH
 
 from .helpers import random_problem, relative
 

@@ -51,6 +51,17 @@ class AbstractDynamics(eqx.Module):
         when the dynamics offers none (the tail then differentiates the vector field itself)."""
 
 
+class AbstractStationaryEndDynamics(AbstractDynamics):
+    """Capability: a dynamics whose flow may stop at a stationary point above the target (a
+    spurious minimum or a saddle: [THEORY §8.3][theory-8-3]); the engine tests its field for
+    stationarity. Smooth parameter-space flows offer it; closed-form reductions (gradient flows
+    of convex functions) and switching dynamics (Clarke stationarity) do not."""
+
+    @abc.abstractmethod
+    def unit_speed_field(self, state, args) -> PyTree[Array]:
+        """The field at unit clock speed (its direction; the flow's speed only rescales it)."""
+
+
 class AbstractConvexGradientDynamics(AbstractDynamics):
     """A capability: the state is a vector, the vector field is the negative gradient (times a
     positive constant) of a strictly convex function, and `linearization` returns its dense

@@ -9,10 +9,10 @@ from jaxtyping import Array, Float
 from .._flows.base import AbstractFlow
 from .._losses import AbstractLoss
 from .._tail.jacobian import LowRankJacobian
-from .base import AbstractDynamics
+from .base import AbstractStationaryEndDynamics
 
 
-class ParameterDynamics(AbstractDynamics):
+class ParameterDynamics(AbstractStationaryEndDynamics):
     """``dθ/dc = −speed·P⊙∇L(θ)`` on the inexact-array leaves θ of ``initial`` (any
     ``eqx.Module`` whose ``__call__(x)`` returns a scalar), with the real time ``t`` as a second
     state entry when the flow is time-warped.

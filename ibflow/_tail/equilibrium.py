@@ -15,6 +15,8 @@ computed from the limit is exact, the value is ν* to the last bit, and a forwar
 differentiates nothing pays for no extra Jacobian.
 """
 
+from typing import ClassVar
+
 import diffrax as dfx
 import equinox as eqx
 import jax
@@ -25,12 +27,25 @@ from jaxtyping import Array, PyTree
 from .. import _checks
 from .._dynamics.base import AbstractConvexGradientDynamics
 from .._newton import AbstractNewtonProblem, Decrease, Direction, Point, damped_newton
-from .._status import Status
+from .._status import Status, phase_status
+from .base import AbstractTail, Phase
 
 #: Targets at or below this loss (relative to ``mean(y²)/2``) ask for the limit: the path point
 #: where the loss crosses them is within ~sqrt(1e-16) = 1e-8 (relative) of the limit, which Newton
 #: returns. A larger target is an early stop, reached on the path by the explicit phase.
 LIMIT_LEVEL = 1e-16
+#: Default path tolerances of the explicit phase before the Newton tail: the limit is the vector
+#: field's unique root, reached from wherever the explicit phase stops, so the path tolerance
+#: only shapes the path up to the switch (and its time). On the Figure 7.1 grid the limits lie
+#: as close to Theorem 1's minimizers (a few 1e-12, relative) at rtol 1e-6 as at 1e-10, and the
+#: looser path takes far fewer explicit steps (benchmarks/results/work_precision.md).
+DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL = 1e-6, 1e-10
+#: Default loss level (relative to ``mean(y²)/2``) where the explicit phase hands over to Newton.
+#: Newton's basin, for a strictly convex dual, is everything and the limit does not depend on the
+#: path, so Newton takes over at 1, the zero predictor's loss: at once from a zero initial
+#: predictor. Switching lower gives the same limits and costs more: the explicit phase's steps do
+#: not shorten the Newton tail.
+DEFAULT_NEWTON_SWITCH = 1.0
 
 #: Shrinkings of the step along one Newton direction, after the full step, before the direction
 #: counts as giving no decrease (the `Decrease` search's ``max_trials`` is one more).
@@ -55,7 +70,7 @@ MIN_SHIFT, SHIFT_GROWTH, MAX_SHIFT = 1e-12, 1e3, 1.0
 STOP_MARGIN = 0.25
 
 
-class EquilibriumNewton(eqx.Module):
+class EquilibriumNewton(AbstractTail):
     """Tail strategy for dynamics with one attracting equilibrium
     (`AbstractConvexGradientDynamics`): damped Newton on the vector field, from the state where
     the explicit phase stopped, until the loss reaches the target.
@@ -65,15 +80,43 @@ class EquilibriumNewton(eqx.Module):
     factorization while each at least quarters the loss.
 
     Not for trajectories: the path after the switch is not computed, so ``save_at`` needs a
-    Runge–Kutta tail (``stiff_solver="auto"`` picks one then).
+    Runge–Kutta tail (``stiff_solver="auto"`` picks one then). The limit lies at t = ∞, so
+    `Solution.time` and `clock` are ``inf`` where Newton ran.
     """
 
     max_iterations: int = eqx.field(static=True, default=60)
     max_chords: int = eqx.field(static=True, default=4)
+    watches_stiffness: ClassVar[bool] = False
 
     def __check_init__(self):
         for name, low in (("max_iterations", 1), ("max_chords", 0)):
             _checks.width(getattr(self, name), f"EquilibriumNewton: {name}", low=low)
+
+    def path_defaults(self):
+        return DEFAULT_NEWTON_RTOL, DEFAULT_NEWTON_ATOL, DEFAULT_NEWTON_SWITCH
+
+    def check(self, dynamics, save_at):
+        if not isinstance(dynamics, AbstractConvexGradientDynamics):
+            raise ValueError("stiff_solver=EquilibriumNewton() needs dynamics with one attracting "
+                             "equilibrium (e.g. the diagonal net's reduction); these have none.")
+        if save_at is not None:
+            raise ValueError("stiff_solver=EquilibriumNewton() does not compute the path after "
+                             "the switch, so it cannot fill save_at; use 'auto' or a Diffrax "
+                             "solver.")
+
+    def first_stop(self, target_loss, switch_stop, loss_scale):
+        # A target above the limit level is an early stop: reached on the path, not by Newton.
+        return jnp.where(target_loss > LIMIT_LEVEL * loss_scale, target_loss, switch_stop)
+
+    def run(self, dynamics, first, *, run, stop_at, budget, progress, integrate):
+        state, iterations, result = newton_phase(dynamics, first.state, stop_at=stop_at,
+                                                 budget=budget, tail=self, run=run)
+        if progress is not None:
+            progress.update(dynamics.loss(state), steps=first.steps + iterations)
+        # Newton jumps to the limit, reached at t = ∞ (Solution.time and clock).
+        clock = jnp.where(run & (iterations > 0), jnp.inf, first.clock)
+        return Phase(state=state, clock=clock, steps=iterations, accepted=iterations,
+                     status=phase_status(result), saved=first.saved)
 
 
 def _stopped(tree):

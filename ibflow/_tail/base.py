@@ -1,0 +1,60 @@
+"""The tail strategies' one abstract type: the engine asks a tail what it needs (its default path
+tolerances and switch level, where the explicit phase stops, whether to watch for stiffness) and
+lets it run the last phase; it never asks which tail it holds ([THEORY §8.1][theory-8-1])."""
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+from jaxtyping import Array
+
+from .._status import Status
+
+
+class Phase(eqx.Module):
+    """Where one phase of a solve stopped: its state and clock, the steps it took (attempted and
+    accepted), its status (`converged`: it reached its stop level), the saved trajectory values,
+    and for switching dynamics the mode and kink report and the controller's next step."""
+
+    state: object
+    clock: Array
+    steps: Array
+    accepted: Array
+    status: Status
+    saved: object
+    kinks: tuple | None = None
+    proposed_dt: Array | None = None
+
+
+class AbstractTail(eqx.Module):
+    """The last, stiff phase of a flow: from the loss level where the explicit phase hands over
+    to the target. A strategy passed by value (``integrate(..., stiff_solver=...)``).
+
+    **Methods the engine calls:** `path_defaults` (the explicit phase's default ``rtol``,
+    ``atol`` and switch level before this tail), `check` (refuse dynamics or options the tail
+    cannot serve, with a ValueError naming the option), `first_stop` (where the explicit phase
+    stops), `run` (the phase itself). `watches_stiffness`: whether the explicit phase should
+    also hand over as soon as it turns stiff (`StiffnessWatch`).
+    """
+
+    watches_stiffness: eqx.AbstractClassVar[bool]
+
+    @abc.abstractmethod
+    def path_defaults(self) -> tuple[float, float, float]:
+        """The default ``(rtol, atol, stiff_switch)`` of a solve that ends with this tail."""
+
+    @abc.abstractmethod
+    def check(self, dynamics, save_at) -> None:
+        """Raise ValueError where this tail cannot finish `dynamics` (or fill `save_at`)."""
+
+    @abc.abstractmethod
+    def first_stop(self, target_loss: Array, switch_stop: Array, loss_scale: Array) -> Array:
+        """The loss level where the explicit phase stops, given the target, the switch level
+        ``max(target, stiff_switch · loss_scale)`` and the loss scale."""
+
+    @abc.abstractmethod
+    def run(self, dynamics, first: Phase, *, run: Array, stop_at: Array, budget: Array,
+            progress, integrate: Callable) -> Phase:
+        """The tail phase from where `first` stopped, where `run` holds, until the loss reaches
+        `stop_at` or `budget` steps are spent. `integrate(solver)` runs an adaptive Diffrax
+        solver from there with the engine's event, saving and structured root finder."""
