@@ -45,9 +45,10 @@ def test_second_process_hits_the_cache(tmp_path):
 
 
 def _cache_dir_after_import(env):
-    """The compilation cache directory a fresh process has after ``import ibflow`` (the setting
-    is made at import; nothing needs compiling to read it)."""
-    code = "import ibflow, jax, json; print(json.dumps(jax.config.jax_compilation_cache_dir))"
+    """The compilation cache directory a fresh process has after ``import ibflow`` and the first
+    use of a public name (the setting is made then; nothing needs compiling to read it)."""
+    code = ("import ibflow, jax, json; ibflow.integrate; "
+            "print(json.dumps(jax.config.jax_compilation_cache_dir))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]

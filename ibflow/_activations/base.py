@@ -34,3 +34,10 @@ class AbstractPiecewiseLinearActivation(AbstractActivation):
     def __call__(self, z):
         left, right = self.slopes()
         return jnp.where(z >= 0, right * z, left * z)
+
+
+def check_activation(activation, owner: str) -> None:
+    """Raise ValueError unless `activation` is an ibflow activation (`owner` names the model)."""
+    if not isinstance(activation, AbstractActivation):
+        raise ValueError(f"{owner}: activation must be an ibflow activation (e.g. ReLU() or "
+                         f"Tanh()); got {type(activation).__name__}.")

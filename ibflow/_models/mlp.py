@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .._activations.base import AbstractActivation
+from .._activations.base import AbstractActivation, check_activation
 from ._init import checked_scale_shape
 from .base import AbstractModel
 
@@ -48,9 +48,7 @@ class MLP(AbstractModel):
                     s[:1] for s in shapes]:
                 raise ValueError(f"MLP: biases must be None or a tuple of vectors of shapes "
                                  f"{[s[:1] for s in shapes]}.")
-        if not isinstance(self.activation, AbstractActivation):
-            raise ValueError(f"MLP: activation must be an ibflow activation (e.g. Tanh()); got "
-                             f"{type(self.activation).__name__}.")
+        check_activation(self.activation, "MLP")
 
     @classmethod
     def from_scale_shape(

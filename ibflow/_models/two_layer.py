@@ -6,7 +6,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .._activations.base import AbstractActivation, AbstractPiecewiseLinearActivation
+from .._activations.base import (
+    AbstractActivation,
+    AbstractPiecewiseLinearActivation,
+    check_activation,
+)
 from .._activations.relu import Identity
 from ._init import checked_scale_shape, layer_norms
 from .base import AbstractInvariantModel
@@ -42,9 +46,7 @@ class TwoLayerNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
                              f"got {m_d} and {jnp.shape(self.second)}.")
         if self.bias is not None and jnp.shape(self.bias) != m_d[:1]:
             raise ValueError(f"bias must have shape (m,) = {m_d[:1]}; got {jnp.shape(self.bias)}.")
-        if not isinstance(self.activation, AbstractActivation):
-            raise ValueError(f"activation must be an ibflow activation (e.g. ReLU()); got "
-                             f"{type(self.activation).__name__}.")
+        check_activation(self.activation, "TwoLayerNet")
 
     @classmethod
     def from_scale_shape(
