@@ -15,9 +15,11 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from . import _checks
 from ._losses import AbstractLoss, SquareLoss
+from ._result import AbstractResult
+from ._status import Status
 
 
-class Certificate(eqx.Module):
+class Certificate(AbstractResult):
     """What the end point of a flow is. Every field is an array (a batch under ``vmap``).
 
     - `loss`: the training loss L(θ).
@@ -34,6 +36,8 @@ class Certificate(eqx.Module):
     - `saddle`: stationary and ``hessian_min < −curvature_tol · max(|λ|)``: a direction of
       negative curvature, which gradient flow leaves unless it starts exactly off it (e.g. a
       symmetric start that keeps the flow in a symmetric subspace).
+    - `status`: of the certificate's own computation (the shared result base): `converged`
+      when every number above is finite, else `nonfinite`. What the point *is* is `verdict`.
     """
 
     loss: Float[Array, ""]
@@ -44,6 +48,7 @@ class Certificate(eqx.Module):
     stationary: Bool[Array, ""]
     minimum: Bool[Array, ""]
     saddle: Bool[Array, ""]
+    status: Status
 
     @property
     def verdict(self) -> str:
@@ -152,9 +157,11 @@ def certify(
     relative = gradient_norm / jnp.maximum(size * jnp.linalg.norm(theta), tiny)
     stationary = relative <= gradient_tol
     negative = low < -curvature_tol * size
+    finite = jnp.isfinite(jnp.stack([value, gradient_norm, relative, low, high])).all()
     return Certificate(loss=value, gradient_norm=gradient_norm, relative_gradient=relative,
                        hessian_min=low, hessian_max=high, stationary=stationary,
-                       minimum=stationary & ~negative, saddle=stationary & negative)
+                       minimum=stationary & ~negative, saddle=stationary & negative,
+                       status=Status.where(finite, Status.converged, Status.nonfinite))
 
 
 __all__ = ["Certificate", "certify", "lanczos_extremes"]

@@ -11,7 +11,8 @@ from ._status import STATUS_NAMES, Status
 
 class AbstractResult(eqx.Module):
     """What every result shares (`Solution`, `RegularizerMinimum`, `DescentResult`, `LimitPoint`,
-    `ShapeOptimization`, `VariationalSolution`): a `Status` item (one per member under
+    `ShapeOptimization`, `VariationalSolution`, `SweepResult`, `Certificate`, the Newton
+    routine's `NewtonResult`): a `Status` item (one per member under
     ``vmap``), the test ``converged``, and a one-line `summary` for printing."""
 
     status: eqx.AbstractVar[Status]
