@@ -91,6 +91,11 @@ def test_a_quadratic_saddle():
     np.testing.assert_allclose([cert.hessian_min, cert.hessian_max], [-1.0, 1.0], rtol=1e-14)
     assert cert.verdict == "saddle"
     assert float(cert.gradient_norm) == 0.0
+    # The certificate's own status (the shared result base): its numbers are finite.
+    assert bool(cert.converged) and cert.summary().startswith("Certificate(converged")
+    blown = ibflow.certify(Product(jnp.array(jnp.inf), jnp.array(0.0)), jnp.ones((1, 1)),
+                           jnp.ones(1))
+    assert blown.status == ibflow.Status.nonfinite
 
 
 def test_certify_under_vmap_matches_a_loop(getkey):
