@@ -49,7 +49,7 @@ EVAL_GRID = np.linspace(-1.2, 1.2, 481)
 POTENTIALS = {"x^2": (1.0, 0.0, 0.0), "|x|^3+x^2": (1.0, 1.0, 0.0), "x^4+x^2": (1.0, 0.0, 1.0)}
 SHIFTS = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
 RELATIVE_TARGET = 1e-12
-#: Widths below the shared grid that ``mirror-relu`` adds: kinks slide there (issue 13).
+#: Widths below the shared grid that ``mirror-relu`` adds: kinks slide there.
 RELU_SMALL_WIDTHS = [16, 32]
 #: Widths from which the flows are integrated as smooth (``ParameterSpace(kinks=False)``): in
 #: the lazy regime no kink reaches a data point (a width-256 flow makes no switch), and the

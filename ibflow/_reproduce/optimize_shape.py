@@ -1,4 +1,4 @@
-"""Learned per-coordinate initialization shapes of the diagonal net (issue 8): gradient descent
+"""Learned per-coordinate initialization shapes of the diagonal net: gradient descent
 on the validation error of the flow's limit point, with exact implicit gradients, against
 balanced (s = 0) and the best uniform shape of a sweep ([THEORY AZ-7.1][theory-az-7-1],
 [AZ-T1][theory-az-t1], [§2.8][theory-2-8] data).

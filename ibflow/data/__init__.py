@@ -5,7 +5,7 @@ data sits above the models; only orchestration (sweeps, reproductions, the CLI) 
 
 from ._regression import RegressionData as RegressionData, sparse_regression as sparse_regression
 
-# -- classification data (issue 6) --
+# -- classification data --
 from ._cifar import CIFAR10_MD5 as CIFAR10_MD5, load_cifar10 as load_cifar10  # noqa: E402
 from ._digits import digits as digits  # noqa: E402
 from ._mixture import (  # noqa: E402
