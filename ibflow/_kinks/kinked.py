@@ -184,12 +184,18 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     # --- switching -------------------------------------------------------------------------
     def _pair_values(self, state, positive, sliding):
         """Per pair: ``±z`` (positive on its side) or, if sliding, the distance of its
-        multiplier to the nearer bound in units of ``hi − lo``; and the regularity flag."""
-        lo, hi = self._bounds()
-        z = self.preactivations(state)
+        multiplier to the nearer bound in units of ``hi − lo``; and the slopes and the
+        regularity flag."""
         slopes, ok, _ = self.slopes(state, positive, sliding)
+        return self._values(self.preactivations(state), slopes, positive, sliding), slopes, ok
+
+    def _values(self, z, slopes, positive, sliding):
+        """`_pair_values` from the pre-activations `z` and the mode's `slopes` (solved once
+        and shared: each call of `slopes` is a copy of the multiplier system in the compiled
+        program, which XLA inlines at every call site)."""
+        lo, hi = self._bounds()
         margin = jnp.minimum(slopes - lo, hi - slopes) / self._span()
-        return jnp.where(sliding, margin, jnp.where(positive, z, -z)), slopes, ok
+        return jnp.where(sliding, margin, jnp.where(positive, z, -z))
 
     def initial_mode(self, state) -> Mode:
         z = self.preactivations(state)
@@ -197,8 +203,12 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         sliding = jnp.zeros_like(positive)
         return self._with_offsets(state, positive, sliding)
 
-    def _with_offsets(self, state, positive, sliding) -> Mode:
-        values, _, _ = self._pair_values(state, positive, sliding)
+    def _with_offsets(self, state, positive, sliding, slopes=None) -> Mode:
+        """The mode with its event offsets; `slopes`: the mode's, where already solved."""
+        if slopes is None:
+            values, _, _ = self._pair_values(state, positive, sliding)
+        else:
+            values = self._values(self.preactivations(state), slopes, positive, sliding)
         offset = 2 * jnp.minimum(values, 0.0) - _OFFSET_FLOOR
         # A sliding pair leaves when its multiplier is outside [lo, hi] by the transition's own
         # tolerance, not at round-off: a multiplier that sits at its bound (a neuron dead on
@@ -211,7 +221,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         values, _, ok = self._pair_values(state, mode.positive, mode.sliding)
         return jnp.where(ok, jnp.min(values - mode.offset), -1.0)
 
-    def _imminent(self, state, positive, sliding, first, rtol, atol):
+    def _imminent(self, state, z, slopes, positive, sliding, first, rtol, atol):
         """The free pairs (besides `first`) about to reach their kink that the transition at
         `first` may take along: the k nearest in time, with k the largest power of two (or
         all) whose summed early switch moves the state by at most `CLUSTER_ERROR` in the
@@ -228,8 +238,6 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         segment per crossing, one step each (on scikit-learn's digits, n = 50, m = 100, ReLU,
         σ = 1e-3, thousands of one-pair events leave the loss barely below its start)."""
         lo, hi = self._bounds()
-        z = self.preactivations(state)
-        slopes, _, _ = self.slopes(state, positive, sliding)
         direction, linear = jax.linearize(lambda s: self.unit_speed_field(state, s), slopes)
         zdot = jax.jvp(self.preactivations, (state,), (direction,))[1]
         free = ~sliding & ~jnp.zeros_like(sliding).at[first].set(True)
@@ -268,7 +276,9 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         (Filippov: the one-sided fields point into the surface from both sides).
         """
         lo, hi = self._bounds()
-        values, slopes, ok0 = self._pair_values(state, mode.positive, mode.sliding)
+        z = self.preactivations(state)
+        slopes, ok0, _ = self.slopes(state, mode.positive, mode.sliding)
+        values = self._values(z, slopes, mode.positive, mode.sliding)
         p = jnp.unravel_index(jnp.argmin(values - mode.offset), values.shape)
         was_sliding = mode.sliding[p]
         leaves_up = (slopes[p] - lo) > (hi - slopes[p])
@@ -277,10 +287,24 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         if rtol is None:
             along = jnp.zeros_like(mode.sliding)
         else:
-            along = self._imminent(state, mode.positive, mode.sliding, p, rtol, atol) & kinked
+            along = kinked & self._imminent(state, z, slopes, mode.positive, mode.sliding, p,
+                                            rtol, atol)
         sliding = mode.sliding.at[p].set(~was_sliding & kinked) | along
         positive = mode.positive.at[p].set(jnp.where(
             was_sliding, leaves_up, jnp.where(kinked, mode.positive[p], ~mode.positive[p])))
+        sliding, positive, lam, ok = self._settle(state, sliding, positive, along)
+        stay = along & (positive == mode.positive)  # taken along, but did not cross
+        counters = KinkCounters(
+            switches=1 + jnp.sum(along & ~stay), slides=jnp.sum(sliding & ~mode.sliding),
+            exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0))
+        return self._with_offsets(state, positive, sliding, lam), counters
+
+    def _settle(self, state, sliding, positive, along):
+        """`transition`'s rounds: re-solve the multipliers and, in each neuron, let the sliding
+        pair furthest outside ``[lo, hi]`` leave, until every multiplier is in the box. A
+        do-while loop whose body holds the one multiplier solve (the sets of the last round
+        are kept, with their multipliers). Returns ``(sliding, positive, slopes, ok)``."""
+        lo, hi = self._bounds()
 
         def violation(lam, stiffness, sliding):
             # A repelling slide (stiffness > 0) goes first; then the multiplier furthest out. A
@@ -288,16 +312,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             outside = jnp.maximum(lo - lam, lam - hi) / self._span()
             return jnp.where(sliding, jnp.where(stiffness <= 0, outside, jnp.inf), -jnp.inf)
 
-        def cond(carry):
-            sliding, positive, lam, ok, stiffness, it = carry
-            return ok & ((jnp.max(violation(lam, stiffness, sliding)) > _BOX_TOLERANCE)
-                         | jnp.any(along & sliding)) & (it <= values.size)
-
         def body(carry):
-            sliding, positive, lam, ok, stiffness, it = carry
+            sliding, positive, _, _, it, _ = carry
+            lam, ok, stiffness = self.slopes(state, positive, sliding)
             v = violation(lam, stiffness, sliding)
+            go = ok & ((jnp.max(v) > _BOX_TOLERANCE) | jnp.any(along & sliding)) & (
+                it <= sliding.size)
             q = jnp.argmax(v, axis=0)  # per neuron
-            leave = jnp.zeros_like(sliding).at[q, jnp.arange(v.shape[1])].set(
+            leave = go & jnp.zeros_like(sliding).at[q, jnp.arange(v.shape[1])].set(
                 jnp.max(v, axis=0) > _BOX_TOLERANCE)
             # The side the flow leaves to is where ż = stiffness·(bound − λ) points; a
             # repelling pair with λ inside the box keeps the side it arrived from.
@@ -308,16 +330,12 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             # back to its side (and the rest is re-solved): it has not reached its kink yet,
             # and its own event will pin it at z = 0 exactly (pinned now, it would slide at
             # z ≠ 0, and a diagnostic looking for pairs at their kinks would miss it).
-            settled = ~jnp.any(leave)
+            settled = go & ~jnp.any(leave)
             sliding = sliding & ~leave & ~(settled & along)
-            lam, ok, stiffness = self.slopes(state, positive, sliding)
-            return sliding, positive, lam, ok, stiffness, it + 1
+            return sliding, positive, lam, ok, it + 1, go
 
-        lam, ok, stiffness = self.slopes(state, positive, sliding)
+        lam0 = jnp.zeros(sliding.shape, float)
         sliding, positive, lam, ok, _, _ = jax.lax.while_loop(
-            cond, body, (sliding, positive, lam, ok, stiffness, jnp.array(0)))
-        stay = along & (positive == mode.positive)  # taken along, but did not cross
-        counters = KinkCounters(
-            switches=1 + jnp.sum(along & ~stay), slides=jnp.sum(sliding & ~mode.sliding),
-            exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0))
-        return self._with_offsets(state, positive, sliding), counters
+            lambda carry: carry[-1], body,
+            (sliding, positive, lam0, jnp.array(True), jnp.array(0), jnp.array(True)))
+        return sliding, positive, lam, ok

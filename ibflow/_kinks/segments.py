@@ -160,11 +160,13 @@ def solve_segments(
         # of a state of size 1), so log(L/stop_at) cannot get below that; the root finder then
         # reports running out of steps with the root bracketed to the last bit: still the
         # event, with the loss within that roundoff of the target.
+        # The switch value once (each evaluation is a copy of the multiplier system).
+        stop_at_end = stop_value(new_state)
+        switch_at_end = dynamics.event_function(new_t, new_state, mode)
         occurred = (sol.result == dfx.RESULTS.event_occurred) | (
             (sol.result == dfx.RESULTS.nonlinear_max_steps_reached)
-            & (event_value(new_t, new_state, mode) <= _ROUNDOFF_EVENT))
-        stopped = occurred & (stop_value(new_state) <= dynamics.event_function(
-            new_t, new_state, mode))
+            & (jnp.minimum(stop_at_end, switch_at_end) <= _ROUNDOFF_EVENT))
+        stopped = occurred & (stop_at_end <= switch_at_end)
         switched = occurred & ~stopped
         new_mode, counts = dynamics.transition(new_t, new_state, mode, rtol=rtol, atol=atol)
         sliding_time = report.sliding_time + jnp.where(jnp.any(mode.sliding), new_t - t, 0.0)
