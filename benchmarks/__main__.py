@@ -11,8 +11,11 @@ work–precision figure and table of issue 14, ``benchmarks.work_precision``; wi
 general-model table, ``benchmarks/general_models.py``; also written as
 ``DIR/general_models.{md,png}``), gpu (issue 14's accelerator rows, ``benchmarks/gpu.py``: run
 when JAX sees a GPU, writing ``DIR/gpu.{md,json,png}``; otherwise the rows quote the last
-recorded GPU run, ``benchmarks/results/gpu.json``, and say so). Target rows need the
-benchmarks they compare; a target whose inputs were not run is reported as "not run".
+recorded GPU run, ``benchmarks/results/gpu.json``, and say so), compile (the first call of
+``ibflow.integrate`` per model and flow, cold and with a filled compilation cache, in fresh
+processes, ``benchmarks/compile.py``; with ``--quick`` the DiagonalNet case only; also written as
+``DIR/compile.{md,json,png}``). Target rows need the benchmarks they compare; a target whose
+inputs were not run is reported as "not run".
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 import numpy as np
 
 from . import _common as C
+from . import compile as first_call
 from . import (
     gd_loop,
     general_models,
@@ -42,7 +46,7 @@ from . import (
 from ._common import Row
 
 NAMES = ("ibflow", "gd", "scipy", "minimizer", "scaling", "roofline", "work_precision", "general",
-         "gpu")
+         "gpu", "compile")
 
 
 class Settings:
@@ -392,6 +396,13 @@ def rows_general(ctx: Context) -> list[Row]:
     return general_models.rows(results)
 
 
+def rows_compile(ctx: Context) -> list[Row]:
+    keys = first_call.QUICK if ctx.s.quick else tuple(first_call.CASES)
+    results = first_call.run(keys)
+    ctx.__dict__["compile_results"] = results
+    return first_call.summary_rows(results)
+
+
 def _target(name, ratio, target, passed, note="") -> Row:
     return Row("T", name, value=ratio, target=target,
                passed=None if passed is None else bool(passed), note=note)
@@ -504,6 +515,11 @@ def rows_targets(ctx: Context, ran: set[str]) -> list[Row]:
     else:
         rows.append(_target("GPU: 10⁴-config grid at d=1000", None, "≤ 10 s", None,
                             "not run"))
+    if "compile_results" in have:
+        rows += first_call.target_rows(ctx.compile_results)
+    else:
+        rows.append(_target("first call of integrate (cold ≤ 10 s, cached ≤ 2 s)", None,
+                            "≤ 10 s", None, "not run"))
     return rows
 
 
@@ -527,7 +543,7 @@ def main(argv=None) -> int:
     builders = {"ibflow": rows_ibflow, "gd": rows_gd, "scipy": rows_scipy,
                 "minimizer": rows_minimizer, "scaling": rows_scaling, "roofline": rows_roofline,
                 "work_precision": rows_work_precision,
-                "general": rows_general, "gpu": rows_gpu}
+                "general": rows_general, "gpu": rows_gpu, "compile": rows_compile}
     rows: list[Row] = []
     t0 = time.perf_counter()
     for name in NAMES:
@@ -542,12 +558,18 @@ def main(argv=None) -> int:
     if "general_results" in ctx.__dict__:
         general = general_models.write(ctx.general_results, machine, args.out, args.quick)
         paths.update({f"general_{k}": v for k, v in general.items()})
+    if "compile_results" in ctx.__dict__:
+        command = " ".join(["python -m benchmarks", *(sys.argv[1:] if argv is None else argv)])
+        compiled = first_call.write(ctx.compile_results, machine, args.out, command)
+        paths.update({f"compile_{k}": v for k, v in compiled.items()})
     print(C.markdown(rows, machine))
     # The two figures' own tables follow the summary, so one run prints everything it wrote.
     if "work_precision_markdown" in ctx.__dict__:
         print("\n" + ctx.work_precision_markdown)
     if "general_results" in ctx.__dict__:
         print("\n" + general_models.table(ctx.general_results))
+    if "compile_results" in ctx.__dict__:
+        print("\n" + first_call.markdown(ctx.compile_results))
     print("written: " + ", ".join(paths.values()), file=sys.stderr)
     return 0
 

@@ -13,7 +13,7 @@ so no p × p matrix is formed. Switching dynamics (piecewise-linear models,
 ends a phase early.
 
 A flow need not interpolate ([THEORY §8.3][theory-8-3]): in parameter space the explicit phase
-also ends where the flow's field vanishes with the loss above its level (`STATIONARY_TOL`);
+also ends where the flow's field vanishes with the loss above its level (`Stationarity`);
 Newton on the gradient then finishes the tail to round-off and the status is
 `Status.stationary`.
 """
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from ._dynamics.base import AbstractDynamics, AbstractStationaryEndDynamics
+from ._dynamics.stationarity import Stationarity
 from ._errors import check_result
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.segments import DEFAULT_MAX_SWITCHES, observe_saved, solve_segments
@@ -60,13 +61,6 @@ class SolveOptions(eqx.Module):
     watch_stiffness: bool = eqx.field(static=True, default=False)
 
 
-#: A phase ends `Status.stationary` when the flow's unit-speed field ``F = −P∇L`` satisfies
-#: ``‖F‖ ≤ STATIONARY_TOL · ‖F₀‖ · min(1, L/L₀)`` (F₀, L₀: at the flow's start) with the loss
-#: above the phase's level ([THEORY §8.3][theory-8-3]). The factor ``L/L₀`` keeps interpolating
-#: flows out: there ``‖∇L‖ ≳ √L`` (square loss, nondegenerate tangent kernel) or ``∝ L``
-#: (exponential tails), which falls more slowly than ``L`` itself. Relative to the start, a small
-#: initialization's tiny but growing field near the saddle at 0 never triggers it.
-STATIONARY_TOL = 1e-6
 #: Newton iterations at most that polish a stationary end point (each one step of the budget).
 STATIONARY_NEWTON_ITERATIONS = 30
 #: Up to this many state entries Newton uses the dense Hessian (``jax.hessian`` and an
@@ -80,31 +74,25 @@ STATIONARY_MAX_JUMP = 0.1
 STATIONARY_MISSES = 3
 
 
-class _Stationarity(eqx.Module):
-    """The reference of the stationarity test: the flow's field norm and loss at its start."""
-
-    field0: Array
-    loss0: Array
-
-
 def _stationarity(dynamics):
     """The stationarity reference for dynamics that can end at a non-interpolating stationary
-    point (`AbstractStationaryEndDynamics`: smooth parameter-space flows), else None. Reductions are
-    gradient flows of convex functions (or classifiers with vanishing loss) and keep the one
-    stop of their loss event."""
-    if not isinstance(dynamics, AbstractStationaryEndDynamics) or isinstance(
-            dynamics, AbstractSwitchingDynamics):
+    point (`AbstractStationaryEndDynamics`: parameter-space flows, smooth or through kinks),
+    else None. Reductions are gradient flows of convex functions (or classifiers with vanishing
+    loss) and keep the one stop of their loss event."""
+    if not isinstance(dynamics, AbstractStationaryEndDynamics):
         return None
     state = dynamics.initial_state()
-    return _Stationarity(field0=jnp.linalg.norm(dynamics.unit_speed_field(state, None)),
-                         loss0=dynamics.loss(state))
+    if isinstance(dynamics, AbstractSwitchingDynamics):
+        _, field0 = dynamics.event_and_field_norm(jnp.zeros(()), state,
+                                                  dynamics.initial_mode(state))
+    else:
+        field0 = jnp.linalg.norm(dynamics.unit_speed_field(state, None))
+    return Stationarity(field0=field0, loss0=dynamics.loss(state))
 
 
 def _is_stationary(dynamics, reference, state, loss):
-    """The stationarity test of `STATIONARY_TOL` at ``state`` (with its ``loss``)."""
-    field = jnp.linalg.norm(dynamics.unit_speed_field(state, None))
-    fall = jnp.minimum(1.0, loss / reference.loss0)
-    return jnp.isfinite(loss) & (field <= STATIONARY_TOL * reference.field0 * fall)
+    """The stationarity test of a smooth dynamics at ``state`` (with its ``loss``)."""
+    return reference.reached(jnp.linalg.norm(dynamics.unit_speed_field(state, None)), loss)
 
 
 def _with_structured_root_finder(solver, dynamics):
@@ -141,7 +129,7 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
            kinks=None, saved=None, watch=None, dt0=None, stationarity=None):
     """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite, or
     stiff under `watch`: then converged too), or, with a `stationarity` reference, until the
-    field vanishes above that level (`STATIONARY_TOL`: then `Status.stationary`); for switching
+    field vanishes above that level (`Stationarity`: then `Status.stationary`); for switching
     dynamics, one per segment between switches (continuing `kinks` and `saved`, and starting
     with the step `dt0` where it is given and positive). Where ``run`` is false the solve is
     empty (t1 = t0: no step is taken)."""
@@ -153,7 +141,7 @@ def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=No
             t_max=t1, max_steps=options.max_steps, budget=budget, dt0=dt0,
             adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
             report=report, save_at=options.save_at, saved=saved,
-            progress=progress, watch=watch)
+            progress=progress, watch=watch, stationarity=stationarity)
         return Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
                       saved=saved, kinks=(mode, report), proposed_dt=dt)
 
@@ -260,7 +248,7 @@ def _stationary_newton(dynamics, state, start, run, budget, loss_scale):
     return state + jax.lax.stop_gradient(best - x), count
 
 
-def _tail_phase(dynamics, tail, first, *, budget, options, progress):
+def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarity=None):
     """The second phase from where the first stopped, run by the tail strategy (an
     `AbstractTail`: Newton to the equilibrium, or an implicit Runge–Kutta method with the
     structured root finder).
@@ -278,7 +266,8 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress):
         return _phase(dynamics, _with_structured_root_finder(solver, dynamics), first.state,
                       first.clock, stop_at=options.target_loss, budget=budget, options=options,
                       progress=progress, run=run, kinks=first.kinks, saved=first.saved,
-                      dt0=first.proposed_dt)
+                      dt0=first.proposed_dt,
+                      stationarity=None if first.kinks is None else stationarity)
 
     return tail.run(dynamics, first, run=run, stop_at=options.target_loss, budget=budget,
                     progress=progress, integrate=integrate)
@@ -314,9 +303,12 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     watch = None
     if options.watch_stiffness and tail is not None and tail.watches_stiffness:
         watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
-    # The explicit phase alone tests for stationarity: the tail starts below the switch level,
-    # on an interpolating flow's path, and the test's extra gradient per step is a large share
-    # of a (cheap, structured) implicit tail step but a small one of an explicit step.
+    # A smooth flow's explicit phase alone tests for stationarity: the tail starts below the
+    # switch level, on an interpolating flow's path, and the test's extra gradient per step is
+    # a large share of a (cheap, structured) implicit tail step but a small one of an explicit
+    # step. Through kinks the tail tests it too: the stiffness watch may hand a flow that is
+    # coming to rest above the target over to the tail, and there the test costs one field
+    # evaluation at the event's multipliers.
     stationarity = _stationarity(dynamics)
     phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
                    stop_at=first_stop, budget=budget, options=options, progress=progress,
@@ -325,7 +317,7 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     if tail is not None:
         first = phase
         phase = _tail_phase(dynamics, tail, first, budget=budget - first.steps,
-                            options=options, progress=progress)
+                            options=options, progress=progress, stationarity=stationarity)
         steps, accepted = steps + phase.steps, accepted + phase.accepted
         # A first phase that failed, stalled or ran out of budget decides the outcome.
         status = Status.where(first.status == Status.converged, phase.status, first.status)
@@ -336,6 +328,10 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     if stationarity is not None:
         # The limit of a flow that stops at a stationary point lies at t = ∞ (as Newton's).
         polish = status == Status.stationary
+        if phase.kinks is not None:
+            # Newton on the loss is Newton in one smooth piece: not where a pair slides on its
+            # kink (a Clarke-stationary point), whose end point is the located one.
+            polish = polish & ~jnp.any(phase.kinks[0].sliding)
         state, iterations = _stationary_newton(dynamics, phase.state, dynamics.initial_state(),
                                                polish, budget - steps, options.loss_scale)
         steps, accepted = steps + iterations, accepted + iterations

@@ -291,3 +291,31 @@ def test_each_subpackage_states_its_layer():
              if p.name == "__init__.py" and m != "ibflow"
              and "Layer" not in (ast.get_docstring(TREES[m]) or "")}
     assert _found("layer docstring", found) == set()
+
+
+#: The longest a function may be, in lines of code (blank lines, comments and its docstring
+#: not counted; nested functions count towards the function that holds them).
+MAX_FUNCTION_LINES = 80
+
+
+def _code_lines(function, lines):
+    doc = function.body[0]
+    skip = set()
+    if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(
+            doc.value.value, str):
+        skip = set(range(doc.lineno, doc.end_lineno + 1))
+    return sum(1 for i in range(function.lineno, function.end_lineno + 1)
+               if i not in skip and lines[i - 1].strip()
+               and not lines[i - 1].strip().startswith("#"))
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = {}
+    for module, tree in TREES.items():
+        lines = MODULES[module].read_text().splitlines()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                count = _code_lines(node, lines)
+                if count > MAX_FUNCTION_LINES:
+                    long[f"{module}.{node.name}"] = count
+    assert long == {}

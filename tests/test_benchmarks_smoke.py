@@ -315,3 +315,28 @@ def test_gpu_benchmark_small(tmp_path):
     assert "| 16 | " in (tmp_path / "gpu.md").read_text()
     assert json.loads((tmp_path / "gpu.json").read_text())["best_chunk"] == 16
     assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compile_benchmark_quick(tmp_path):
+    """``python -m benchmarks.compile --quick``: the DiagonalNet case in two fresh processes
+    sharing one new cache directory; the table, JSON and figure are written, the second
+    process's first call (compiled programs loaded from the cache) is faster than the first
+    process's (compiled from scratch), and the solve converged in both."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--quick", "--out",
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    md = (tmp_path / "compile.md").read_text()
+    assert (tmp_path / "compile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [ln for ln in md.splitlines() if ln.startswith("| DiagonalNet")]
+    assert len(rows) == 1, md
+    assert rows[0] in proc.stdout  # the printed table is the written one
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    # model, flow, import, cold, trace, lower, XLA, cached, warm ms, status
+    cold, trace, lower, xla, cached = (float(cells[i]) for i in (3, 4, 5, 6, 7))
+    assert 0 < cached < cold, cells
+    assert trace + lower + xla <= cold + 0.01, cells
+    assert cells[9] == "converged", cells
+    (row,) = json.loads((tmp_path / "compile.json").read_text())["rows"]
+    assert row["cached"]["cache_hits"] > 0 and row["cold"]["cache_hits"] == 0, row

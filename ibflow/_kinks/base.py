@@ -28,6 +28,12 @@ class AbstractSwitchingDynamics(AbstractDynamics):
         (downwards) at the first switch of ``mode``."""
 
     @abc.abstractmethod
+    def event_and_field_norm(self, t, state: PyTree[Array], mode: Mode
+                             ) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """`event_function` and the norm of the unit-speed field in ``mode`` (the segment loop's
+        stationarity test, `ibflow._dynamics.stationarity`)."""
+
+    @abc.abstractmethod
     def transition(self, t, state: PyTree[Array], mode: Mode, *, rtol=None, atol=None
                    ) -> tuple[Mode, KinkCounters]:
         """The mode after the event at ``(t, state)`` and the counts of what happened; `rtol`

@@ -126,13 +126,23 @@ def equivalent_control(
     # crosses (a fixed bound ended a digits flow from σ = 1e-5 as `degenerate_sliding` short
     # of its limit).
     column = jnp.max(jnp.abs(jnp.where(pairs, matrix, 0.0)), axis=1)  # (m, K_l)
-    column = jnp.where(mask & (column > 0), column, 1.0)
+    # A pair whose slope moves no sliding ż (x = 0, a zero residual or output weight: the
+    # one-sided fields agree) constrains nothing either: its row and column leave the system,
+    # and it is neutral (a drift of its own ż is the transition's to settle).
+    null = mask & (column == 0)
+    active = mask & ~null
+    pairs = active[:, :, None] & active[:, None, :]
+    column = jnp.where(active, column, 1.0)
     system = jnp.where(pairs, matrix, eye) / column[:, None, :]
-    rhs = jnp.where(mask, -zdot0[index, neuron], 0.0)
+    rhs = jnp.where(active, -zdot0[index, neuron], 0.0)
     scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(base.dtype).tiny
 
-    def solved(u):  # per neuron: finite, small residual, no absurd growth
+    def solved(u, neutral=None):  # per neuron: finite, small residual, no absurd growth
         residual = jnp.einsum("kij,kj->ki", system, u) - rhs
+        if neutral is not None:
+            # A neutral pair's ż responds to no slope: its residual is its drift, which the
+            # transition settles (the pair leaves its kink: `AbstractKinkedDynamics._settle`).
+            residual = jnp.where(neutral, 0.0, residual)
         return (jnp.all(jnp.isfinite(u), axis=-1)
                 & (jnp.max(jnp.abs(residual), axis=-1) <= _DEGENERATE_RESIDUAL * scale)
                 & (jnp.max(jnp.abs(u), axis=-1) <= _DEGENERATE_GROWTH * scale))
@@ -153,8 +163,10 @@ def equivalent_control(
             eqxi.unvmap_any(jnp.any(small | ~solved(u))),
             lambda: _least_squares(system, rhs),
             lambda: (u, inverse, jnp.zeros_like(mask)))
+    neutral = neutral | null
     delta = u / column
-    ok = (jnp.max(counts) <= max_rows) & jnp.all(solved(u)) & jnp.all(jnp.isfinite(delta))
+    ok = (jnp.max(counts) <= max_rows) & jnp.all(solved(u, neutral)) & jnp.all(
+        jnp.isfinite(delta))
     slopes = base.at[index, neuron].add(jnp.where(mask, delta, 0.0))
     # (M⁺)ᵢᵢ = (S⁺)ᵢᵢ / columnᵢ for M = S·diag(column); a neutral pair's stiffness is 0.
     inverse_diagonal = jnp.where(neutral, 1.0, inverse / column)

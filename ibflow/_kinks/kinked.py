@@ -28,6 +28,8 @@ _BOX_TOLERANCE = 1e-12
 #: after the segment loop's event scaling: XLA on CPU flushes subnormals to 0, and an event
 #: function that starts at 0 has no down-crossing, so a later switch would be missed.
 _OFFSET_FLOOR = 1e-200
+#: A neutral sliding pair whose ż exceeds this fraction of the largest |ż| leaves its kink.
+_NEUTRAL_DRIFT = 1e-6
 #: The most a transition's early switches of imminent pairs may move the state, in the error
 #: norm of an accepted step (`AbstractKinkedDynamics._imminent`).
 CLUSTER_ERROR = 0.5
@@ -218,8 +220,15 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         return Mode(positive=positive, sliding=sliding, offset=offset)
 
     def event_function(self, t, state, mode: Mode):
-        values, _, ok = self._pair_values(state, mode.positive, mode.sliding)
-        return jnp.where(ok, jnp.min(values - mode.offset), -1.0)
+        return self.event_and_field_norm(t, state, mode)[0]
+
+    def event_and_field_norm(self, t, state, mode: Mode):
+        """`event_function` and the norm of the mode's unit-speed field (the direction, with
+        the sliding pairs' multipliers, which at a Clarke-stationary limit minimize the norm
+        over the Clarke set: [THEORY §8.3][theory-8-3]), from one multiplier solve."""
+        values, slopes, ok = self._pair_values(state, mode.positive, mode.sliding)
+        field, _ = jax.flatten_util.ravel_pytree(self.unit_speed_field(state, slopes))
+        return jnp.where(ok, jnp.min(values - mode.offset), -1.0), jnp.linalg.norm(field)
 
     def _imminent(self, state, z, slopes, positive, sliding, first, rtol, atol):
         """The free pairs (besides `first`) about to reach their kink that the transition at
@@ -293,10 +302,16 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         positive = mode.positive.at[p].set(jnp.where(
             was_sliding, leaves_up, jnp.where(kinked, mode.positive[p], ~mode.positive[p])))
         sliding, positive, lam, ok = self._settle(state, sliding, positive, along)
+        # The rounds' loop is not reverse-differentiable (a while loop): the offsets and the
+        # field's norm take the multipliers as constants (the offsets only shift a pair that
+        # starts on its wrong side; the norm decides, it is not differentiated).
+        lam = jax.lax.stop_gradient(lam)
+        field, _ = jax.flatten_util.ravel_pytree(self.unit_speed_field(state, lam))
         stay = along & (positive == mode.positive)  # taken along, but did not cross
         counters = KinkCounters(
             switches=1 + jnp.sum(along & ~stay), slides=jnp.sum(sliding & ~mode.sliding),
-            exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0))
+            exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0),
+            field_norm=jnp.linalg.norm(field))
         return self._with_offsets(state, positive, sliding, lam), counters
 
     def _settle(self, state, sliding, positive, along):
@@ -315,7 +330,13 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         def body(carry):
             sliding, positive, _, _, it, _ = carry
             lam, ok, stiffness = self.slopes(state, positive, sliding)
-            v = violation(lam, stiffness, sliding)
+            # A neutral sliding pair (its slope moves no ż: x = 0, or a zero residual or output
+            # weight) is held at its kink by nothing: where the others' slopes move it, the
+            # one-sided fields agree and it just crosses, to the side its ż points.
+            zdot = self._zdot(state, lam)
+            drift = sliding & (stiffness == 0) & (
+                jnp.abs(zdot) > _NEUTRAL_DRIFT * jnp.max(jnp.abs(zdot)))
+            v = jnp.where(drift, jnp.inf, violation(lam, stiffness, sliding))
             go = ok & ((jnp.max(v) > _BOX_TOLERANCE) | jnp.any(along & sliding)) & (
                 it <= sliding.size)
             q = jnp.argmax(v, axis=0)  # per neuron
@@ -325,7 +346,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             # repelling pair with λ inside the box keeps the side it arrived from.
             up = jnp.where(stiffness <= 0, lam > hi,
                            jnp.where(lam < lo, True, jnp.where(lam > hi, False, positive)))
-            positive = jnp.where(leave, up, positive)
+            positive = jnp.where(leave, jnp.where(drift, zdot > 0, up), positive)
             # Once every multiplier is in the box, a pair taken along that would slide goes
             # back to its side (and the rest is re-solved): it has not reached its kink yet,
             # and its own event will pin it at z = 0 exactly (pinned now, it would slide at

@@ -31,12 +31,16 @@ class KinkCounters(eqx.Module):
     - `slides`: slide entries. `exits`: slide exits.
     - `degenerate`: the equivalent-control system was singular or had more sliding rows
       than the solver handles.
+    - `field_norm`: the norm of the unit-speed field in the new mode (the segment loop's
+      stationarity test at the next segment's start, whose event could not see a flow that
+      is already at rest there).
     """
 
     switches: Int[Array, ""]
     slides: Int[Array, ""]
     exits: Int[Array, ""]
     degenerate: Bool[Array, ""]
+    field_norm: Float[Array, ""]
 
 
 class KinkReport(eqx.Module):

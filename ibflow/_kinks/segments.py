@@ -55,12 +55,85 @@ def empty_report(mode) -> KinkReport:
                       event_kind=jnp.full(EVENT_LOG, -1))
 
 
+def _logged(report: KinkReport, switched, counts, t, duration, mode, old_mode) -> KinkReport:
+    """`report` after one segment of `duration` ending at `t`: the counts and the log entry of
+    its switch (where it `switched`), the sliding time, the mode it continues in."""
+    # The log's entry: the next free one (dropped past the end, or when nothing switched).
+    entry = jnp.where(switched, jnp.sum(report.event_kind >= 0), EVENT_LOG)
+    kind = jnp.where(counts.exits > 0, 2, jnp.where(counts.slides > 0, 1, 0))
+    return KinkReport(
+        switches=report.switches + jnp.where(switched, counts.switches, 0),
+        slides=report.slides + jnp.where(switched, counts.slides, 0),
+        exits=report.exits + jnp.where(switched, counts.exits, 0),
+        sliding_time=report.sliding_time + jnp.where(jnp.any(old_mode.sliding), duration, 0.0),
+        pattern=mode.positive, sliding=mode.sliding,
+        event_clock=report.event_clock.at[entry].set(t, mode="drop"),
+        event_kind=report.event_kind.at[entry].set(kind, mode="drop"))
+
+
+def _segment_status(sol, *, stopped, at_rest, switched, over_budget, counts, loss, too_many,
+                    mode):
+    """The `Status` of a segment loop after one segment: the one place it is mapped."""
+    status = Status.where(stopped, Status.converged, Status.where(
+        at_rest, Status.stationary, Status.solver_failed))
+    status = Status.where(
+        (sol.result == dfx.RESULTS.max_steps_reached) | (sol.result == dfx.RESULTS.successful)
+        | (switched & over_budget), Status.budget_exhausted, status)
+    stiff = sol.controller_state.stiff
+    status = Status.where(sol.result == dfx.RESULTS.dt_min_reached,
+                          Status.where(stiff, Status.converged, Status.stalled), status)
+    status = Status.where(switched & too_many, Status.unresolved_switching, status)
+    status = Status.where(switched & counts.degenerate, Status.degenerate_sliding, status)
+    return Status.where(jnp.isfinite(loss), status, Status.where(
+        jnp.any(mode.sliding), Status.degenerate_sliding, Status.nonfinite))
+
+
+def _segment_event(dynamics, stop_at, stationarity):
+    """The segment loop's event: ``components(t, y, mode)``, the values of its loss, switch and
+    rest parts (each crossing 0 downwards where its event happens; rest is +inf without a
+    `stationarity` reference), and the one scalar Diffrax event, their minimum."""
+
+    def stop_value(y):
+        # log(L / (aim·stop_at)): crosses 0 downwards just below the stop level; −1 (an
+        # immediate event) when the loss is not finite.
+        value = dynamics.loss(y)
+        return jnp.where(jnp.isfinite(value), jnp.log(value / (_STOP_AIM * stop_at)), -1.0)
+
+    def components(t, y, mode):
+        # (loss, switch, rest): each crosses 0 downwards where its event happens; rest is +inf
+        # without a stationarity test.
+        if stationarity is None:
+            return stop_value(y), dynamics.event_function(t, y, mode), jnp.inf
+        switch, field = dynamics.event_and_field_norm(t, y, mode)
+        return stop_value(y), switch, stationarity.value(field, dynamics.loss(y))
+
+    def event_value(t, y, args, **kwargs):
+        # One scalar event, so that a bracketing root finder applies: the min of many
+        # pre-activations is only piecewise smooth, where Newton's method can fail.
+        stop, switch, rest = components(t, y, args)
+        return jnp.minimum(jnp.minimum(stop, switch), rest)
+
+    def scaled_event_value(t, y, args, **kwargs):
+        # The root finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| <
+        # 1e-12; scaling the value by _EVENT_SCALE turns the second test into |value| < 1e-8,
+        # which roundoff allows.
+        return _EVENT_SCALE * event_value(t, y, args)
+
+    # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
+    # in the interpolated state could fail). ~10 evaluations per root where bisection needs ~45
+    # (and its whole 256-step budget at a loss event held above the tolerance by roundoff).
+    event = dfx.Event(scaled_event_value,
+                      root_finder=IllinoisBracket(rtol=1e-14, atol=1e-12, flip=True),
+                      direction=False)
+    return components, event
+
+
 def solve_segments(
     dynamics: AbstractSwitchingDynamics, solver: dfx.AbstractAdaptiveSolver, state, t0, *,
     stop_at, rtol, atol, t_max, max_steps: int, budget=None, dt0=None,
     adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint(),
     max_switches=DEFAULT_MAX_SWITCHES, mode=None, report: KinkReport | None = None,
-    save_at=None, saved=None, progress=None, watch=None,
+    save_at=None, saved=None, progress=None, watch=None, stationarity=None,
 ):
     """Integrate `dynamics` from ``(t0, state)`` until ``L ≤ stop_at``, switching modes at
     located events.
@@ -78,7 +151,11 @@ def solve_segments(
     (Observing inside the loop would copy every observation per segment: 64 models of a
     two-layer classifier with d = 784 are 40 MB.) With a `watch`
     (`ibflow._tail.stiffness.StiffnessWatch`) a segment that turns stiff ends the loop as
-    converged (the engine's explicit phase hands over to its implicit tail there).
+    converged (the engine's explicit phase hands over to its implicit tail there). With a
+    `stationarity` reference (`ibflow._dynamics.stationarity.Stationarity`) the event has a
+    third component, the field's norm against its threshold: a flow that comes to rest above
+    `stop_at` (a spurious minimum, a Clarke-stationary point on a kink) ends
+    ``Status.stationary`` there.
 
     Works under ``jit`` and ``vmap`` (each member keeps its own mode and counts).
 
@@ -102,29 +179,7 @@ def solve_segments(
                 lambda a: jnp.full(save_at.shape + a.shape, jnp.inf, a.dtype), state),
             covered=jnp.zeros(save_at.shape, dtype=bool))
 
-    def stop_value(y):
-        # log(L / (aim·stop_at)): crosses 0 downwards just below the stop level; −1 (an
-        # immediate event) when the loss is not finite.
-        value = dynamics.loss(y)
-        return jnp.where(jnp.isfinite(value), jnp.log(value / (_STOP_AIM * stop_at)), -1.0)
-
-    def event_value(t, y, args, **kwargs):
-        # One scalar event, so that a bracketing root finder applies: the min of many
-        # pre-activations is only piecewise smooth, where Newton's method can fail.
-        return jnp.minimum(stop_value(y), dynamics.event_function(t, y, args))
-
-    def scaled_event_value(t, y, args, **kwargs):
-        # The root finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| <
-        # 1e-12; scaling the value by _EVENT_SCALE turns the second test into |value| < 1e-8,
-        # which roundoff allows.
-        return _EVENT_SCALE * event_value(t, y, args)
-
-    # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
-    # in the interpolated state could fail). ~10 evaluations per root where bisection needs ~45
-    # (and its whole 256-step budget at a loss event held above the tolerance by roundoff).
-    event = dfx.Event(scaled_event_value,
-                      root_finder=IllinoisBracket(rtol=1e-14, atol=1e-12, flip=True),
-                      direction=False)
+    components, event = _segment_event(dynamics, stop_at, stationarity)
     # Behind a jit boundary, traced once for every stage of the solver (see
     # `ibflow._kinks.dynamics._traced_once`: the field solves the multiplier system).
     term = dfx.ODETerm(eqx.filter_jit(dynamics.vector_field))
@@ -160,42 +215,28 @@ def solve_segments(
         # of a state of size 1), so log(L/stop_at) cannot get below that; the root finder then
         # reports running out of steps with the root bracketed to the last bit: still the
         # event, with the loss within that roundoff of the target.
-        # The switch value once (each evaluation is a copy of the multiplier system).
-        stop_at_end = stop_value(new_state)
-        switch_at_end = dynamics.event_function(new_t, new_state, mode)
+        # The components once (each evaluation is a copy of the multiplier system).
+        stop_end, switch_end, rest_end = components(new_t, new_state, mode)
         occurred = (sol.result == dfx.RESULTS.event_occurred) | (
             (sol.result == dfx.RESULTS.nonlinear_max_steps_reached)
-            & (jnp.minimum(stop_at_end, switch_at_end) <= _ROUNDOFF_EVENT))
-        stopped = occurred & (stop_at_end <= switch_at_end)
-        switched = occurred & ~stopped
+            & (jnp.minimum(jnp.minimum(stop_end, switch_end), rest_end) <= _ROUNDOFF_EVENT))
+        stopped = occurred & (stop_end <= switch_end) & (stop_end <= rest_end)
+        at_rest = occurred & ~stopped & (rest_end <= switch_end)
+        switched = occurred & ~stopped & ~at_rest
         new_mode, counts = dynamics.transition(new_t, new_state, mode, rtol=rtol, atol=atol)
-        sliding_time = report.sliding_time + jnp.where(jnp.any(mode.sliding), new_t - t, 0.0)
         mode = jax.tree_util.tree_map(lambda a, b: jnp.where(switched, a, b), new_mode, mode)
-        # The log's entry: the next free one (dropped past the end, or when nothing switched).
-        entry = jnp.where(switched, jnp.sum(report.event_kind >= 0), EVENT_LOG)
-        kind = jnp.where(counts.exits > 0, 2, jnp.where(counts.slides > 0, 1, 0))
-        report = KinkReport(
-            switches=report.switches + jnp.where(switched, counts.switches, 0),
-            slides=report.slides + jnp.where(switched, counts.slides, 0),
-            exits=report.exits + jnp.where(switched, counts.exits, 0),
-            sliding_time=sliding_time, pattern=mode.positive, sliding=mode.sliding,
-            event_clock=report.event_clock.at[entry].set(new_t, mode="drop"),
-            event_kind=report.event_kind.at[entry].set(kind, mode="drop"))
+        report = _logged(report, switched, counts, new_t, new_t - t, mode, old_mode=carry[2])
+        if stationarity is not None:
+            # At rest in the new mode already: its rest value starts ≤ 0 and never crosses.
+            at_rest = at_rest | (switched & ~counts.degenerate & stationarity.reached(
+                counts.field_norm, dynamics.loss(new_state)))
+            switched = switched & ~at_rest
         loss = dynamics.loss(new_state)
         if progress is not None:
             progress.update(loss)
-        status = Status.where(stopped, Status.converged, Status.solver_failed)
-        status = Status.where(
-            (sol.result == dfx.RESULTS.max_steps_reached) | (sol.result == dfx.RESULTS.successful)
-            | (switched & (steps >= budget)), Status.budget_exhausted, status)
-        stiff = sol.controller_state.stiff
-        status = Status.where(sol.result == dfx.RESULTS.dt_min_reached,
-                              Status.where(stiff, Status.converged, Status.stalled), status)
-        status = Status.where(switched & (report.switches >= max_switches),
-                              Status.unresolved_switching, status)
-        status = Status.where(switched & counts.degenerate, Status.degenerate_sliding, status)
-        status = Status.where(jnp.isfinite(loss), status, Status.where(
-            jnp.any(mode.sliding), Status.degenerate_sliding, Status.nonfinite))
+        status = _segment_status(sol, stopped=stopped, at_rest=at_rest, switched=switched,
+                                 over_budget=steps >= budget, counts=counts, loss=loss,
+                                 too_many=report.switches >= max_switches, mode=mode)
         done = ~switched | (steps >= budget) | (report.switches >= max_switches) | (
             switched & counts.degenerate) | ~jnp.isfinite(loss)
         return (new_state, new_t, mode, steps, accepted, status, done, report, saved,
@@ -207,9 +248,12 @@ def solve_segments(
     # occur, and the loop would run on to the budget, far below a target that was above the
     # initial loss).
     reached = dynamics.loss(state) <= stop_at
-    init = (state, t0, mode, zero, zero, Status.where(reached, Status.converged,
-                                                       Status.solver_failed), reached, report,
-            saved, first_dt)
+    # A start at rest (the reference's field is that of this state: all-zero weights, a
+    # saddle) never moves, and its rest value, −∞, has no down-crossing either.
+    still = ~reached & (jnp.array(False) if stationarity is None else stationarity.field0 <= 0)
+    init = (state, t0, mode, zero, zero, Status.where(
+        reached, Status.converged, Status.where(still, Status.stationary, Status.solver_failed)),
+        reached | still, report, saved, first_dt)
     # Checkpointed: reverse-mode differentiable (the event times are, so a crossing's jump in
     # the field enters the derivative). Each segment takes at least one step, so `max_steps`
     # bounds the segments.
