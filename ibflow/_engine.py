@@ -13,9 +13,10 @@ so no p × p matrix is formed. Switching dynamics (piecewise-linear models,
 ends a phase early.
 
 A flow need not interpolate ([THEORY §8.3][theory-8-3]): in parameter space the explicit phase
-also ends where the flow's field vanishes with the loss above its level (`Stationarity`);
-Newton on the gradient then finishes the tail to round-off and the status is
-`Status.stationary`.
+also ends where the flow's field vanishes with the loss above its level (`Stationarity`), and so
+does, through kinks, the tail (the segment loop locates the rest as one more event); the status
+is `Status.stationary`, and Newton on the gradient polishes an end point that rests on no kink to
+round-off.
 """
 
 import diffrax as dfx
