@@ -320,8 +320,8 @@ def test_gpu_benchmark_small(tmp_path):
 def test_compile_benchmark_quick(tmp_path):
     """``python -m benchmarks.compile --quick``: the DiagonalNet case in two fresh processes
     sharing one new cache directory; the table, JSON and figure are written, the second
-    process's first call (compiled programs loaded from the cache) is faster than the first
-    process's (compiled from scratch), and the solve converged in both."""
+    process's first call loads the compiled programs from the cache (the first process's
+    compiled them; hits, not times: no timed tests), and the solve converged in both."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--quick", "--out",
                            str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -335,7 +335,7 @@ def test_compile_benchmark_quick(tmp_path):
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     # model, flow, import, cold, trace, lower, XLA, cached, warm ms, status
     cold, trace, lower, xla, cached = (float(cells[i]) for i in (3, 4, 5, 6, 7))
-    assert 0 < cached < cold, cells
+    assert cached > 0 and cold > 0, cells
     assert trace + lower + xla <= cold + 0.01, cells
     assert cells[9] == "converged", cells
     (row,) = json.loads((tmp_path / "compile.json").read_text())["rows"]

@@ -202,15 +202,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     def initial_mode(self, state) -> Mode:
         z = self.preactivations(state)
         positive = z >= 0
-        sliding = jnp.zeros_like(positive)
-        return self._with_offsets(state, positive, sliding)
+        lo, hi = self._bounds()
+        # Nothing slides yet: the slopes are the sides' own, no multiplier system to solve.
+        return self._with_offsets(state, positive, jnp.zeros_like(positive),
+                                  jnp.where(positive, hi, lo))
 
-    def _with_offsets(self, state, positive, sliding, slopes=None) -> Mode:
-        """The mode with its event offsets; `slopes`: the mode's, where already solved."""
-        if slopes is None:
-            values, _, _ = self._pair_values(state, positive, sliding)
-        else:
-            values = self._values(self.preactivations(state), slopes, positive, sliding)
+    def _with_offsets(self, state, positive, sliding, slopes) -> Mode:
+        """The mode with its event offsets, from the mode's (already solved) `slopes`."""
+        values = self._values(self.preactivations(state), slopes, positive, sliding)
         offset = 2 * jnp.minimum(values, 0.0) - _OFFSET_FLOOR
         # A sliding pair leaves when its multiplier is outside [lo, hi] by the transition's own
         # tolerance, not at round-off: a multiplier that sits at its bound (a neuron dead on

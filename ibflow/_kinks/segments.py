@@ -93,19 +93,16 @@ def _segment_event(dynamics, stop_at, stationarity):
     rest parts (each crossing 0 downwards where its event happens; rest is +inf without a
     `stationarity` reference), and the one scalar Diffrax event, their minimum."""
 
-    def stop_value(y):
-        # log(L / (aim·stop_at)): crosses 0 downwards just below the stop level; −1 (an
-        # immediate event) when the loss is not finite.
-        value = dynamics.loss(y)
-        return jnp.where(jnp.isfinite(value), jnp.log(value / (_STOP_AIM * stop_at)), -1.0)
-
     def components(t, y, mode):
         # (loss, switch, rest): each crosses 0 downwards where its event happens; rest is +inf
-        # without a stationarity test.
+        # without a stationarity test. The loss part is log(L / (aim·stop_at)), crossing just
+        # below the stop level; −1 (an immediate event) when the loss is not finite.
+        loss = dynamics.loss(y)
+        stop = jnp.where(jnp.isfinite(loss), jnp.log(loss / (_STOP_AIM * stop_at)), -1.0)
         if stationarity is None:
-            return stop_value(y), dynamics.event_function(t, y, mode), jnp.inf
+            return stop, dynamics.event_function(t, y, mode), jnp.inf
         switch, field = dynamics.event_and_field_norm(t, y, mode)
-        return stop_value(y), switch, stationarity.value(field, dynamics.loss(y))
+        return stop, switch, stationarity.value(field, loss)
 
     def event_value(t, y, args, **kwargs):
         # One scalar event, so that a bracketing root finder applies: the min of many
@@ -226,12 +223,12 @@ def solve_segments(
         new_mode, counts = dynamics.transition(new_t, new_state, mode, rtol=rtol, atol=atol)
         mode = jax.tree_util.tree_map(lambda a, b: jnp.where(switched, a, b), new_mode, mode)
         report = _logged(report, switched, counts, new_t, new_t - t, mode, old_mode=carry[2])
+        loss = dynamics.loss(new_state)
         if stationarity is not None:
             # At rest in the new mode already: its rest value starts ≤ 0 and never crosses.
             at_rest = at_rest | (switched & ~counts.degenerate & stationarity.reached(
-                counts.field_norm, dynamics.loss(new_state)))
+                counts.field_norm, loss))
             switched = switched & ~at_rest
-        loss = dynamics.loss(new_state)
         if progress is not None:
             progress.update(loss)
         status = _segment_status(sol, stopped=stopped, at_rest=at_rest, switched=switched,
