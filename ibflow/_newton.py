@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
+from ._batching import compacting_while_loop
 from ._result import AbstractResult
 from ._status import Status
 
@@ -164,35 +165,47 @@ def _line_search(problem, search, point, direction, active):
     return trial, t, active & search.accept(point, trial, t, direction)
 
 
+def _running(operands, state):
+    problem, _, max_steps = operands
+    return ((state.status == Status.budget_exhausted) & (state.steps < max_steps)
+            & jnp.isfinite(state.point.value) & ~problem.converged(state.point, state.memo))
+
+
+def _iterate(operands, state):
+    problem, search, _ = operands
+    direction = problem.direction(state.point, state.memo)
+    finite = jnp.all(jnp.isfinite(direction.step))
+    trial, t, accepted = _line_search(problem, search, state.point, direction,
+                                      _running(operands, state) & finite)
+    point = jax.tree_util.tree_map(lambda new, old: jnp.where(accepted, new, old),
+                                   trial, state.point)
+    status = Status.where(finite, Status.where(accepted, state.status,
+                                               Status.line_search_failed), Status.singular)
+    point, memo, status = problem.refine(state, point, accepted, t, direction, status)
+    return NewtonResult(point=point, memo=memo, steps=state.steps + 1, status=status)
+
+
 def damped_newton(problem: AbstractNewtonProblem, x0: Float[Array, " n"], *,
                   search: AbstractLineSearch, max_steps: Int[ArrayLike, ""],
-                  memo: PyTree = None) -> NewtonResult:
+                  memo: PyTree = None, compact: bool = False) -> NewtonResult:
     """Damped Newton's method on `problem` from `x0`: per iteration one `direction`, a line
     search (`search`) along it, and the problem's `refine`; until the problem has `converged`,
     a search fails, the merit is not finite or `max_steps` iterations (an int or an integer
     array: 0 runs none) are spent. `memo`: the problem's initial memo. Jittable; under ``vmap``
-    each member stops on its own (its status says why)."""
+    each member stops on its own (its status says why). `compact`: under ``vmap``, members that
+    are done stop costing work (`ibflow._batching.compacting_while_loop`); the loop is then not
+    differentiable (run it on stopped gradients, as the equilibrium tail does), while the plain
+    loop is forward-differentiable (``jax.jacfwd`` of `minimize_regularizer`)."""
     value, aux = problem.evaluate(x0)
     start = NewtonResult(point=Point(x=x0, value=value, aux=aux), memo=memo,
                          steps=jnp.array(0), status=Status.budget_exhausted)
 
-    def running(state):
-        return ((state.status == Status.budget_exhausted) & (state.steps < max_steps)
-                & jnp.isfinite(state.point.value) & ~problem.converged(state.point, state.memo))
-
-    def iterate(state):
-        direction = problem.direction(state.point, state.memo)
-        finite = jnp.all(jnp.isfinite(direction.step))
-        trial, t, accepted = _line_search(problem, search, state.point, direction,
-                                          running(state) & finite)
-        point = jax.tree_util.tree_map(lambda new, old: jnp.where(accepted, new, old),
-                                       trial, state.point)
-        status = Status.where(finite, Status.where(accepted, state.status,
-                                                   Status.line_search_failed), Status.singular)
-        point, memo, status = problem.refine(state, point, accepted, t, direction, status)
-        return NewtonResult(point=point, memo=memo, steps=state.steps + 1, status=status)
-
-    state = jax.lax.while_loop(running, iterate, start)
+    operands = (problem, search, max_steps)
+    if compact:
+        state = compacting_while_loop(_running, _iterate, start, operands)
+    else:
+        state = jax.lax.while_loop(lambda s: _running(operands, s),
+                                   lambda s: _iterate(operands, s), start)
     status = Status.where(jnp.isfinite(state.point.value), state.status, Status.nonfinite)
     status = Status.where(problem.converged(state.point, state.memo), Status.converged, status)
     return NewtonResult(point=state.point, memo=state.memo, steps=state.steps, status=status)

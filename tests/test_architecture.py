@@ -23,11 +23,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "ibflow"
 LAYERS = (
     # 0. foundations: validation, status, the result base, leaf helpers and small strategy
     #    families that know no model (activations, potentials, losses), the one damped Newton
-    #    loop.
+    #    loop and its compacting while loop.
     ("ibflow._checks", "ibflow._status", "ibflow._errors", "ibflow._result",
      "ibflow._interpolants", "ibflow._activations", "ibflow._potentials", "ibflow._losses",
      "ibflow._progress", "ibflow._cache", "ibflow._models._init", "ibflow._version",
-     "ibflow._newton"),
+     "ibflow._newton", "ibflow._batching"),
     # 1. pieces a model or a dynamics is built from: flows (geometries), regularizers, metric
     #    fields, the tail's structured Jacobians, step budgets and stiffness estimates.
     ("ibflow._flows", "ibflow._theory.regularizers", "ibflow._theory.metrics",

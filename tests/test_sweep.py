@@ -94,6 +94,48 @@ def test_sweep_equals_individual_integrations(small_sweep):
                                np.linalg.norm(sol.predictor - l1) / np.linalg.norm(l1), rtol=1e-9)
 
 
+def test_references_are_computed_once_per_data_set(small_sweep, monkeypatch):
+    """A second sweep of the same data reuses its reference interpolants (the min-ℓ1 one is a
+    linear program); other data get their own, and the distances are right either way."""
+    from ibflow._sweep import sweep as S
+
+    data, grid, _ = small_sweep
+    calls = []
+    real = S._REFERENCES["min_l2"]
+    monkeypatch.setitem(S._REFERENCES, "min_l2", lambda X, y: calls.append(1) or real(X, y))
+    monkeypatch.setattr(S, "_REFERENCE_CACHE", {})
+    options = dict(chunk_size=2, progress=False, rtol=1e-6, atol=1e-10, references=("min_l2",))
+    other_y = np.asarray(data.y) * 2.0
+    for X, y in ((data.X, data.y), (data.X, data.y), (data.X, other_y)):
+        res = ibflow.sweep(Diagonal(D), grid, (X, y), **options)
+        l2 = np.linalg.pinv(np.asarray(X)) @ np.asarray(y)  # numpy, not ibflow
+        w = res["predictor"][1, 1]
+        np.testing.assert_allclose(res["distance_min_l2"][1, 1],
+                                   np.linalg.norm(w - l2) / np.linalg.norm(l2), rtol=1e-9)
+    assert len(calls) == 2
+
+
+def test_default_chunk_follows_the_tail():
+    """On a CPU the default chunk is large where the flows end in the compacting Newton tail
+    (the diagonal net with default options) and 8 otherwise, decided as `integrate` decides its
+    tail."""
+    from ibflow._sweep import sweep as S
+
+    data = ibflow.data.sparse_regression(jax.random.key(7), n=N, d=D, k=3)
+    dataset = {"X": np.asarray(data.X), "y": np.asarray(data.y)}
+    diagonal = ibflow.DiagonalNet.from_scale_shape(0.1, 0.0, dim=D)
+    leaky = Leaky(D)(0.1, 0)
+    cases = [(diagonal, {}, True), (diagonal, {"stiff_switch": 1e-4}, False),
+             (diagonal, {"target_loss": 1e-8}, False),
+             (diagonal, {"stiff_solver": dfx.Kvaerno5()}, False),
+             (diagonal, {"save_at": np.linspace(0, 1, 3)}, False), (leaky, {}, False)]
+    for model, options, want in cases:
+        assert S._compacting(S._dynamics(model, dataset, options), options) is want, options
+    assert S._default_chunk("cpu", 1000, True) == S.COMPACTING_CPU_CHUNK
+    assert S._default_chunk("cpu", 1000, False) == S.CPU_CHUNK == 8
+    assert S._default_chunk("gpu", 1000, False) == 1000
+
+
 def test_failing_member_reported_while_others_complete():
     data = ibflow.data.sparse_regression(jax.random.key(7), n=N, d=D, k=3)
     # A time budget of 1e-12 stops a member after its first step.

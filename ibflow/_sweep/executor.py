@@ -92,7 +92,9 @@ class Executor:
     Members of one vmapped batch run in lockstep until the slowest finishes. A chunk of at least
     `split_min_members` members therefore runs in two passes (`run`): first with a budget of
     `first_pass_steps` steps, then the members that exhausted it, from the start, with the
-    sweep's budget (``max_steps``) as a smaller batch (`_second_batch_size`). A member finished
+    sweep's budget (``max_steps``) as a smaller batch (`_second_batch_size`), unless the
+    flows' batch `compacts` (then one pass: its stragglers continue in a smaller batch inside
+    the compiled solve). A member finished
     in the first pass has the record it would have with the full budget (its solve does not
     depend on the budget it did not reach); a member that exhausts the full budget in the second
     pass reports ``budget_exhausted``, as in one pass. `second_pass_counts` lists, per `run`,
@@ -101,7 +103,7 @@ class Executor:
     def __init__(self, build: Callable, options: dict, sweepable: tuple[str, ...],
                  option_axes: tuple[str, ...], references: tuple[str, ...], has_test: bool,
                  devices, *, first_pass_steps: int | None = None,
-                 split_min_members: int | None = None):
+                 split_min_members: int | None = None, compacting: bool = False):
         self.build, self.options = build, traced_options(options, sweepable)
         self.option_axes, self.references, self.has_test = option_axes, references, has_test
         mesh = Mesh(np.array(devices), ("members",))
@@ -114,7 +116,9 @@ class Executor:
                                                else split_min_members, "split_min_members")
         budget = self.options.get("max_steps", _default_max_steps())
         self._first_options = self.options | {"max_steps": first}
-        self._split = first < budget
+        # A batch that compacts (`ibflow._batching`) lets no member wait for another: a second
+        # pass would only restart its stragglers from the start.
+        self._split = first < budget and not compacting
         self.second_pass_counts: list[int] = []
 
     def place(self, dataset: dict[str, np.ndarray], refs: dict[str, np.ndarray]) -> tuple:

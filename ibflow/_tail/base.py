@@ -34,10 +34,13 @@ class AbstractTail(eqx.Module):
     ``atol`` and switch level before this tail), `check` (refuse dynamics or options the tail
     cannot serve, with a ValueError naming the option), `first_stop` (where the explicit phase
     stops), `run` (the phase itself). `watches_stiffness`: whether the explicit phase should
-    also hand over as soon as it turns stiff (`StiffnessWatch`).
+    also hand over as soon as it turns stiff (`StiffnessWatch`). `compacts`: whether members of
+    a vmapped batch that finish this tail early stop costing work (`ibflow._batching`), so that
+    a sweep may batch many members without their lockstep waste.
     """
 
     watches_stiffness: eqx.AbstractClassVar[bool]
+    compacts: eqx.AbstractClassVar[bool]
 
     @abc.abstractmethod
     def path_defaults(self) -> tuple[float, float, float]:

@@ -21,6 +21,7 @@ class IntegratedTail(AbstractTail):
 
     solver: dfx.AbstractAdaptiveSolver
     watches_stiffness: ClassVar[bool] = True
+    compacts: ClassVar[bool] = False  # diffeqsolve runs its batch in lockstep
 
     def path_defaults(self):
         return DEFAULT_RTOL, DEFAULT_ATOL, DEFAULT_STIFF_SWITCH
