@@ -131,6 +131,9 @@ def test_default_chunk_follows_the_tail():
              (diagonal, {"save_at": np.linspace(0, 1, 3)}, False), (leaky, {}, False)]
     for model, options, want in cases:
         assert S._compacting(S._dynamics(model, dataset, options), options) is want, options
+    # A swept option is set for the members that carry it.
+    for axis in ("stiff_switch", "target_loss", "t_max"):
+        assert not S._compacting(S._dynamics(diagonal, dataset, {}), {}, (axis,)), axis
     assert S._default_chunk("cpu", 1000, True) == S.COMPACTING_CPU_CHUNK
     assert S._default_chunk("cpu", 1000, False) == S.CPU_CHUNK == 8
     assert S._default_chunk("gpu", 1000, False) == 1000

@@ -144,7 +144,7 @@ def sweep(
     build_params = {k: v for k, v in members.items() if k not in option_axes}
     ends = _built_models(build, build_params, grid)
     dynamics = _dynamics(ends[0], datasets[0], integrate_options)
-    compacting = _compacting(dynamics, integrate_options)
+    compacting = _compacting(dynamics, integrate_options, option_axes)
     if chunk_size is None:
         chunk_size = _default_chunk(devices[0].platform, grid.size, compacting)
     chunk_size = _checks.width(chunk_size, "chunk_size")
@@ -310,11 +310,12 @@ def _through_kinks(dynamics) -> bool:
     return isinstance(dynamics, AbstractSwitchingDynamics)
 
 
-def _compacting(dynamics, integrate_options: dict) -> bool:
+def _compacting(dynamics, integrate_options: dict, option_axes: tuple[str, ...] = ()) -> bool:
     """Whether ``integrate`` with these options ends these dynamics with a tail that compacts
     a vmapped batch (`AbstractTail.compacts`) and gives the explicit phase no work of its own
-    (no ``stiff_switch`` set): then a batch's members do not wait for each other."""
-    options = integrate_options
+    (no ``stiff_switch`` set): then a batch's members do not wait for each other. An option
+    swept as a grid axis (`option_axes`) counts as set."""
+    options = integrate_options | {name: 1.0 for name in option_axes}
     tail = _integrate._stiff_solver(options.get("stiff_solver", "auto"), dynamics,
                                     options.get("save_at"), options.get("target_loss") is None,
                                     options.get("t_max") is not None)
