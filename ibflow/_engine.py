@@ -1,16 +1,18 @@
 """The one engine: every ODE ibflow solves (regression, mirror and warped flows, classification
-clocks, sweep members, solve-route gradients) goes through `solve`.
+clocks, sweep members, solve-route gradients) goes through `solve`, and every step of it through
+the one segment loop (`ibflow._segments.run_segments`, the one ``diffeqsolve``).
 
-A solve runs up to two phases: an explicit Diffrax ``diffeqsolve`` stopped by the event
-``loss ≤ stop`` (never at a guessed horizon) until the loss falls below
+A solve runs up to two phases of that loop: the explicit solver, stopped by the event
+``loss ≤ stop`` (never at a guessed horizon) where the loss falls below
 ``stiff_switch · loss_scale``, then the tail to the target ([THEORY §8.1][theory-8-1]): Newton to
-the equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else an
-implicit Runge–Kutta ``diffeqsolve`` whose stage equations use the dynamics' structured Jacobian
-(`StructuredChord`): dense closed form for reductions, low rank by Woodbury in parameter space,
-so no p × p matrix is formed. Switching dynamics (piecewise-linear models,
-[THEORY §8.2][theory-8-2]) run each phase segment by segment, switch to switch
-(`ibflow._kinks.solve_segments`). One step budget (`max_steps`) covers both phases; a stalled clock
-ends a phase early.
+the equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else the
+loop continued with an implicit Runge–Kutta method whose stage equations use the dynamics'
+structured Jacobian (`StructuredChord`): dense closed form for reductions, low rank by Woodbury
+in parameter space, so no p × p matrix is formed. A smooth flow is the loop's one-mode case (one
+segment per phase); switching dynamics (piecewise-linear models, [THEORY §8.2][theory-8-2]) run
+segment by segment, switch to switch, and the phase change is one more segment boundary (the
+tail continues the explicit phase's mode, kink report, saved states and step size). One step
+budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
 
 A flow need not interpolate ([THEORY §8.3][theory-8-3]): in parameter space the explicit phase
 also ends where the flow's field vanishes with the loss above its level (`Stationarity`), and so
@@ -28,13 +30,11 @@ from jaxtyping import Array, Float, Int
 from ._dynamics.base import AbstractDynamics, AbstractStationaryEndDynamics
 from ._dynamics.stationarity import Stationarity
 from ._errors import check_result
-from ._kinks.base import AbstractSwitchingDynamics
-from ._kinks.segments import DEFAULT_MAX_SWITCHES, observe_saved, solve_segments
 from ._progress import LossProgress
+from ._segments import DEFAULT_MAX_SWITCHES, field_norm, observe_saved, run_segments, start
 from ._solution import Solution, Trajectory, observation, with_predictor
-from ._status import Status, phase_status
-from ._tail.base import AbstractTail, Phase
-from ._tail.budget import BudgetController
+from ._status import Status
+from ._tail.base import AbstractTail
 from ._tail.chord import StructuredChord
 from ._tail.stiffness import STIFF_CEILING, StiffnessWatch
 
@@ -75,25 +75,15 @@ STATIONARY_MAX_JUMP = 0.1
 STATIONARY_MISSES = 3
 
 
-def _stationarity(dynamics):
+def _stationarity(dynamics, phase):
     """The stationarity reference for dynamics that can end at a non-interpolating stationary
-    point (`AbstractStationaryEndDynamics`: parameter-space flows, smooth or through kinks),
-    else None. Reductions are gradient flows of convex functions (or classifiers with vanishing
-    loss) and keep the one stop of their loss event."""
+    point (`AbstractStationaryEndDynamics`: parameter-space flows, smooth or through kinks), at
+    the start `phase`, else None. Reductions are gradient flows of convex functions (or
+    classifiers with vanishing loss) and keep the one stop of their loss event."""
     if not isinstance(dynamics, AbstractStationaryEndDynamics):
         return None
-    state = dynamics.initial_state()
-    if isinstance(dynamics, AbstractSwitchingDynamics):
-        _, field0 = dynamics.event_and_field_norm(jnp.zeros(()), state,
-                                                  dynamics.initial_mode(state))
-    else:
-        field0 = jnp.linalg.norm(dynamics.unit_speed_field(state, None))
-    return Stationarity(field0=field0, loss0=dynamics.loss(state))
-
-
-def _is_stationary(dynamics, reference, state, loss):
-    """The stationarity test of a smooth dynamics at ``state`` (with its ``loss``)."""
-    return reference.reached(jnp.linalg.norm(dynamics.unit_speed_field(state, None)), loss)
+    return Stationarity(field0=field_norm(dynamics, phase.clock, phase.state, phase.mode),
+                        loss0=dynamics.loss(phase.state))
 
 
 def _with_structured_root_finder(solver, dynamics):
@@ -124,70 +114,6 @@ def _observe(dynamics):
         return dynamics.time(c, state), dynamics.loss(state), model, *observation(model)
 
     return observe
-
-
-def _phase(dynamics, solver, state, c0, *, stop_at, budget, options, progress=None, run=True,
-           kinks=None, saved=None, watch=None, dt0=None, stationarity=None):
-    """One ``diffeqsolve`` from ``(c0, state)`` until ``loss ≤ stop_at`` (or non-finite, or
-    stiff under `watch`: then converged too), or, with a `stationarity` reference, until the
-    field vanishes above that level (`Stationarity`: then `Status.stationary`); for switching
-    dynamics, one per segment between switches (continuing `kinks` and `saved`, and starting
-    with the step `dt0` where it is given and positive). Where ``run`` is false the solve is
-    empty (t1 = t0: no step is taken)."""
-    t1 = jnp.where(run, options.t_max, c0)
-    if isinstance(dynamics, AbstractSwitchingDynamics):
-        mode, report = (None, None) if kinks is None else kinks
-        state, clock, steps, accepted, status, report, mode, saved, dt = solve_segments(
-            dynamics, solver, state, c0, stop_at=stop_at, rtol=options.rtol, atol=options.atol,
-            t_max=t1, max_steps=options.max_steps, budget=budget, dt0=dt0,
-            adjoint=options.adjoint, max_switches=options.max_switches, mode=mode,
-            report=report, save_at=options.save_at, saved=saved,
-            progress=progress, watch=watch, stationarity=stationarity)
-        return Phase(state=state, clock=clock, steps=steps, accepted=accepted, status=status,
-                      saved=saved, kinks=(mode, report), proposed_dt=dt)
-
-    # A start that already meets the stop level (y ≡ 0; a target the initial model fits): the
-    # phase is empty and converged. Diffrax's event fires on a crossing, which never comes, so
-    # the solve used to run its whole step budget.
-    loss0 = dynamics.loss(state)
-    met = loss0 <= stop_at
-    # A start at a stationary point (all-zero weights of a net: a saddle) never moves.
-    still = (~met & _is_stationary(dynamics, stationarity, state, loss0)
-             if stationarity is not None else jnp.array(False))
-    t1 = jnp.where(met | still, c0, t1)
-
-    def stop(c, y, args, **kwargs):
-        value = dynamics.loss(y)
-        if progress is not None:
-            progress.update(value)
-        hit = (value <= stop_at) | ~jnp.isfinite(value)
-        if stationarity is not None:
-            hit = hit | _is_stationary(dynamics, stationarity, y, value)
-        return hit
-
-    subs = [dfx.SubSaveAt(t1=True)]
-    if options.save_at is not None:
-        # Times before this phase's start belong to an earlier phase (see _merge_saved).
-        subs.append(dfx.SubSaveAt(ts=jnp.clip(options.save_at, c0, t1),
-                                  fn=_observe(dynamics)))
-    controller = BudgetController(dfx.PIDController(rtol=options.rtol, atol=options.atol),
-                                  budget, watch)
-    sol = dfx.diffeqsolve(
-        dfx.ODETerm(dynamics.vector_field), solver, t0=c0, t1=t1,
-        dt0=options.dt0, y0=state, stepsize_controller=controller, event=dfx.Event(stop),
-        saveat=dfx.SaveAt(subs=subs, controller_state=True), max_steps=options.max_steps,
-        throw=False, adjoint=options.adjoint)
-    last = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
-    status = Status.where(sol.controller_state.stiff | met, Status.converged,
-                          phase_status(sol.result))
-    if stationarity is not None:
-        value = dynamics.loss(last)
-        at_rest = (sol.result == dfx.RESULTS.event_occurred) & ~(value <= stop_at) & (
-            _is_stationary(dynamics, stationarity, last, value))
-        status = Status.where(still | at_rest, Status.stationary, status)
-    return Phase(state=last, clock=sol.ts[0][-1], steps=sol.stats["num_steps"],
-                  accepted=sol.stats["num_accepted_steps"], status=status,
-                  saved=sol.ys[1] if options.save_at is not None else None)
 
 
 def _newton_direction(loss, state, grad):
@@ -252,7 +178,7 @@ def _stationary_newton(dynamics, state, start, run, budget, loss_scale):
 def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarity=None):
     """The second phase from where the first stopped, run by the tail strategy (an
     `AbstractTail`: Newton to the equilibrium, or an implicit Runge–Kutta method with the
-    structured root finder).
+    structured root finder, continuing the segment loop from `first`).
     It runs only where the first phase stopped at its level and above the target: a target at
     or above the switch level is the first phase's own stop. (A tail started below its stop
     level sees no crossing of the segment loop's loss event, ``log(L/stop)``, and ran on to
@@ -261,24 +187,21 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarit
         dynamics.loss(first.state) > options.target_loss)
 
     def integrate(solver):
-        # Through kinks, the tail starts with the step the explicit phase would have taken next
-        # (stability-limited there, so small for an implicit method, which grows it; Diffrax's
-        # own selection costs two field evaluations and started smaller still).
-        return _phase(dynamics, _with_structured_root_finder(solver, dynamics), first.state,
-                      first.clock, stop_at=options.target_loss, budget=budget, options=options,
-                      progress=progress, run=run, kinks=first.kinks, saved=first.saved,
-                      dt0=first.proposed_dt,
-                      stationarity=None if first.kinks is None else stationarity)
+        # The tail starts with the step the explicit phase would have taken next (stability-
+        # limited there, so small for an implicit method, which grows it; Diffrax's own
+        # selection costs two field evaluations and started smaller still). A smooth flow's
+        # tail does not test for stationarity: it starts below the switch level, on an
+        # interpolating flow's path, and the test's extra gradient per step is a large share
+        # of a (cheap, structured) implicit step. Through kinks the stiffness watch may hand
+        # over a flow that is coming to rest above the target, and there the test costs one
+        # field evaluation at the event's multipliers.
+        return run_segments(dynamics, _with_structured_root_finder(solver, dynamics), first,
+                            stop_at=options.target_loss, options=options, budget=budget,
+                            run=run, progress=progress,
+                            stationarity=None if first.mode is None else stationarity)
 
-    return tail.run(dynamics, first, run=run, stop_at=options.target_loss, budget=budget,
-                    progress=progress, integrate=integrate)
-
-
-def _merge_saved(save_at, first, second, c_switch):
-    """Saved values of two phases: save times before the switch come from the first."""
-    before = save_at < c_switch
-    return jax.tree_util.tree_map(
-        lambda a, b: jnp.where(before.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), first, second)
+    return tail.run(dynamics, first, run=run, stop_at=options.target_loss,
+                    budget=budget - first.steps, progress=progress, integrate=integrate)
 
 
 def _status(status, final_loss, target_loss):
@@ -304,49 +227,39 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     watch = None
     if options.watch_stiffness and tail is not None and tail.watches_stiffness:
         watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
-    # A smooth flow's explicit phase alone tests for stationarity: the tail starts below the
-    # switch level, on an interpolating flow's path, and the test's extra gradient per step is
-    # a large share of a (cheap, structured) implicit tail step but a small one of an explicit
-    # step. Through kinks the tail tests it too: the stiffness watch may hand a flow that is
-    # coming to rest above the target over to the tail, and there the test costs one field
-    # evaluation at the event's multipliers.
-    stationarity = _stationarity(dynamics)
-    phase = _phase(dynamics, options.solver, dynamics.initial_state(), jnp.zeros(()),
-                   stop_at=first_stop, budget=budget, options=options, progress=progress,
-                   watch=watch, dt0=options.dt0, stationarity=stationarity)
-    steps, accepted, status, saved = phase.steps, phase.accepted, phase.status, phase.saved
+    begin = start(dynamics, options.save_at, options.dt0)
+    stationarity = _stationarity(dynamics, begin)
+    phase = run_segments(dynamics, options.solver, begin, stop_at=first_stop, options=options,
+                         budget=budget, progress=progress, watch=watch,
+                         stationarity=stationarity)
+    status = phase.status
     if tail is not None:
         first = phase
-        phase = _tail_phase(dynamics, tail, first, budget=budget - first.steps,
-                            options=options, progress=progress, stationarity=stationarity)
-        steps, accepted = steps + phase.steps, accepted + phase.accepted
+        phase = _tail_phase(dynamics, tail, first, budget=budget, options=options,
+                            progress=progress, stationarity=stationarity)
         # A first phase that failed, stalled or ran out of budget decides the outcome.
         status = Status.where(first.status == Status.converged, phase.status, first.status)
-        if saved is not None and phase.kinks is None:  # the segment loop merges its own
-            saved = _merge_saved(options.save_at, first.saved, phase.saved, first.clock)
-        elif saved is not None:
-            saved = phase.saved
+    steps, accepted = phase.steps, phase.accepted
     if stationarity is not None:
         # The limit of a flow that stops at a stationary point lies at t = ∞ (as Newton's).
         polish = status == Status.stationary
-        if phase.kinks is not None:
+        if phase.mode is not None:
             # Newton on the loss is Newton in one smooth piece: not where a pair slides on its
             # kink (a Clarke-stationary point), whose end point is the located one.
-            polish = polish & ~jnp.any(phase.kinks[0].sliding)
-        state, iterations = _stationary_newton(dynamics, phase.state, dynamics.initial_state(),
-                                               polish, budget - steps, options.loss_scale)
+            polish = polish & ~jnp.any(phase.mode.sliding)
+        state, iterations = _stationary_newton(dynamics, phase.state, begin.state, polish,
+                                               budget - steps, options.loss_scale)
         steps, accepted = steps + iterations, accepted + iterations
         phase = eqx.tree_at(lambda p: (p.state, p.clock), phase,
                             (state, jnp.where(polish & (iterations > 0), jnp.inf, phase.clock)))
     if progress is not None:
         progress.close(steps)  # the bar ends on the step count `Solution.steps` reports
-    if saved is not None and phase.kinks is not None:
-        saved = observe_saved(saved, options.save_at, _observe(dynamics))
     model = dynamics.model(phase.state)
     loss = dynamics.data_loss(model)
     trajectory = None
-    if saved is not None:
-        time_t, loss_t, models_t, predictor_t, invariants_t = saved
+    if options.save_at is not None:
+        time_t, loss_t, models_t, predictor_t, invariants_t = observe_saved(
+            phase.saved, options.save_at, _observe(dynamics))
         trajectory = Trajectory(ts=options.save_at, time=time_t, loss=loss_t, models=models_t,
                                 predictor=predictor_t, invariants=invariants_t)
     time = jnp.where(jnp.isinf(phase.clock), jnp.inf, dynamics.time(phase.clock, phase.state))
@@ -354,7 +267,7 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
                    clock=phase.clock, steps=steps, accepted_steps=accepted,
                    status=_status(status, loss, options.target_loss),
                    target_loss=options.target_loss, trajectory=trajectory,
-                   kinks=None if phase.kinks is None else phase.kinks[1])
+                   kinks=phase.report)
     return with_predictor(out)  # `throw` is checked by `solve`, outside the compiled program
 
 

@@ -18,9 +18,9 @@ from ._flows.base import AbstractFlow
 from ._flows.gradient import GradientFlow
 from ._formulation import AbstractFormulation, PreferReduction
 from ._kinks.base import AbstractSwitchingDynamics
-from ._kinks.segments import DEFAULT_MAX_SWITCHES
 from ._losses import AbstractLoss, SquareLoss
 from ._models.base import AbstractPredictorModel
+from ._segments import DEFAULT_MAX_SWITCHES
 from ._solution import Solution
 from ._tail.base import AbstractTail
 from ._tail.equilibrium import EquilibriumNewton

@@ -42,7 +42,8 @@ LAYERS = (
     # 5. tasks that ask models for capabilities: formulations, the engine and its tail, the flow
     #    entry points, the theory's solvers, variational limits, descent, differentiable limits,
     #    classification; data sets (a synthetic set may label by a teacher model).
-    ("ibflow.data", "ibflow._formulation", "ibflow._solution", "ibflow._engine", "ibflow._tail",
+    ("ibflow.data", "ibflow._formulation", "ibflow._solution", "ibflow._segments",
+     "ibflow._engine", "ibflow._tail",
      "ibflow._integrate", "ibflow._theory", "ibflow._variational", "ibflow._discrete",
      "ibflow._differentiable", "ibflow._classification"),
     # 6. orchestration and the public surface.

@@ -2,7 +2,7 @@
 efficient while ``‖θ‖ → ∞`` ([THEORY §4.0–4.1][theory-4-0], [§2.2][theory-2-2]
 [AZ-WARP][theory-az-warp]).
 
-The flow is ordinary `ibflow.integrate` in the classifier's span coordinates
+The flow is a preset of `ibflow.integrate`: the classifier's span coordinates
 (`ClassifierReducedDynamics`, exact), through the activation's kinks by default
 (`ClassifierKinkedDynamics`: located switches and Filippov sliding, [THEORY §8.2][theory-8-2]). The
 clock is a flow: `LossClock(GradientFlow())` (default, clock ``c = log L(0) − log L``),
@@ -19,15 +19,15 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from .. import _checks
-from .._engine import SolveOptions, solve
 from .._flows.base import AbstractFlow, AbstractLossClockFlow
 from .._flows.gradient import GradientFlow
 from .._flows.loss_clock import LossClock
 from .._formulation import Reduction
-from .._kinks.segments import DEFAULT_MAX_SWITCHES
+from .._integrate import integrate
 from .._losses import AbstractLoss, LogisticLoss
 from .._models.base import AbstractReducibleModel
 from .._models.piecewise_linear import AbstractPiecewiseLinearModel
+from .._segments import DEFAULT_MAX_SWITCHES
 from .._solution import Solution
 
 
@@ -120,13 +120,11 @@ def classification_flow(
     save_at = jnp.asarray(save_at, dtype=float)
     if save_at.ndim != 1:
         raise ValueError("save_at must be a 1-d array of increasing clock values.")
-    options = SolveOptions(
+    return integrate(
+        model, X, y, flow=flow, loss=loss, target_loss=target_loss,
         rtol=_checks.positive(_checks.as_array(rtol, float), "rtol"),
-        atol=jnp.asarray(atol, dtype=float), target_loss=target_loss,
-        stiff_switch=jnp.asarray(1.0), loss_scale=jnp.asarray(1.0), t_max=t_max, dt0=None,
-        save_at=save_at, solver=solver, stiff_solver=None,
-        adjoint=dfx.RecursiveCheckpointAdjoint(), max_steps=int(max_steps), throw=throw,
-        progress=False, max_switches=_checks.switch_budget(
-            max(DEFAULT_MAX_SWITCHES, 4 * X.shape[0] * neurons)
-            if max_switches is None else max_switches))
-    return solve(dynamics, options)
+        atol=jnp.asarray(atol, dtype=float), solver=solver, stiff_solver=None,
+        max_steps=int(max_steps), t_max=t_max, save_at=save_at,
+        formulation=Reduction(kinks=kinks), throw=throw,
+        max_switches=(max(DEFAULT_MAX_SWITCHES, 4 * X.shape[0] * neurons)
+                      if max_switches is None else max_switches))

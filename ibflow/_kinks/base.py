@@ -13,9 +13,10 @@ class AbstractSwitchingDynamics(AbstractDynamics):
 
     The ODE state stays a pytree of float arrays; the mode (activation pattern, sliding set)
     travels in ``diffeqsolve``'s ``args``, so `vector_field(t, state, mode)` is smooth within a
-    segment and the adaptive solver never sees the kink. `solve_segments` integrates segment
-    by segment: each segment stops at the first root of `event_function`, located by a root
-    finder, and `transition` chooses the next mode there.
+    segment and the adaptive solver never sees the kink. The engine's segment loop
+    (`ibflow._segments.run_segments`) integrates segment by segment: each segment stops at the
+    first root of `event_function`, located by a root finder, and `transition` chooses the next
+    mode there.
     """
 
     @abc.abstractmethod

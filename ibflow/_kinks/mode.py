@@ -1,6 +1,7 @@
 """The discrete state of a kinked flow and the counts reported about it."""
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 
@@ -73,3 +74,28 @@ EVENT_LOG = 64
 #: ``KinkReport.event_kind`` values: a pair crossed its kink (or touched it), a pair began to
 #: slide, a sliding pair left the kink.
 EVENT_KINDS = ("cross", "slide", "exit")
+
+
+def empty_report(mode: Mode) -> KinkReport:
+    """A report with no event yet, at `mode`."""
+    return KinkReport(switches=jnp.array(0), slides=jnp.array(0), exits=jnp.array(0),
+                      sliding_time=jnp.zeros(()), pattern=mode.positive, sliding=mode.sliding,
+                      event_clock=jnp.full(EVENT_LOG, jnp.inf),
+                      event_kind=jnp.full(EVENT_LOG, -1))
+
+
+def logged(report: KinkReport, switched, counts: KinkCounters, t, duration, mode: Mode,
+           old_mode: Mode) -> KinkReport:
+    """`report` after one segment of `duration` ending at `t`: the counts and the log entry of
+    its switch (where it `switched`), the sliding time, the mode it continues in."""
+    # The log's entry: the next free one (dropped past the end, or when nothing switched).
+    entry = jnp.where(switched, jnp.sum(report.event_kind >= 0), EVENT_LOG)
+    kind = jnp.where(counts.exits > 0, 2, jnp.where(counts.slides > 0, 1, 0))
+    return KinkReport(
+        switches=report.switches + jnp.where(switched, counts.switches, 0),
+        slides=report.slides + jnp.where(switched, counts.slides, 0),
+        exits=report.exits + jnp.where(switched, counts.exits, 0),
+        sliding_time=report.sliding_time + jnp.where(jnp.any(old_mode.sliding), duration, 0.0),
+        pattern=mode.positive, sliding=mode.sliding,
+        event_clock=report.event_clock.at[entry].set(t, mode="drop"),
+        event_kind=report.event_kind.at[entry].set(kind, mode="drop"))

@@ -1,7 +1,7 @@
 """Locating a switching event: a bracketing secant (Illinois) root finder for Diffrax events.
 
 Each segment of a kinked flow ends at the first root of one scalar event function on the last
-step's dense output (`ibflow._kinks.segments`). ``optimistix`` offers bisection (one bit per
+step's dense output (`ibflow._segments`). ``optimistix`` offers bisection (one bit per
 evaluation: ~45 evaluations to bracket a root to 1e-12, and its full 256 when the loss event's
 roundoff keeps ``|value|`` above the tolerance) and Newton/chord methods, which need a
 derivative and can fail at the kinks of the event function (a minimum over many

@@ -8,22 +8,7 @@ from collections.abc import Callable
 import equinox as eqx
 from jaxtyping import Array
 
-from .._status import Status
-
-
-class Phase(eqx.Module):
-    """Where one phase of a solve stopped: its state and clock, the steps it took (attempted and
-    accepted), its status (`converged`: it reached its stop level), the saved trajectory values,
-    and for switching dynamics the mode and kink report and the controller's next step."""
-
-    state: object
-    clock: Array
-    steps: Array
-    accepted: Array
-    status: Status
-    saved: object
-    kinks: tuple | None = None
-    proposed_dt: Array | None = None
+from .._segments import Phase
 
 
 class AbstractTail(eqx.Module):
@@ -59,5 +44,7 @@ class AbstractTail(eqx.Module):
     def run(self, dynamics, first: Phase, *, run: Array, stop_at: Array, budget: Array,
             progress, integrate: Callable) -> Phase:
         """The tail phase from where `first` stopped, where `run` holds, until the loss reaches
-        `stop_at` or `budget` steps are spent. `integrate(solver)` runs an adaptive Diffrax
-        solver from there with the engine's event, saving and structured root finder."""
+        `stop_at` or `budget` more steps are spent; the returned `Phase` counts the solve's
+        steps so far (``first.steps`` included). `integrate(solver)` continues the engine's
+        segment loop from `first` with an adaptive Diffrax solver (its event, saving and
+        structured root finder)."""

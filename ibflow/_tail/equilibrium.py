@@ -28,7 +28,7 @@ from .. import _checks
 from .._dynamics.base import AbstractConvexGradientDynamics
 from .._newton import AbstractNewtonProblem, Decrease, Direction, Point, damped_newton
 from .._status import Status, phase_status
-from .base import AbstractTail, Phase
+from .base import AbstractTail
 
 #: Targets at or below this loss (relative to ``mean(y²)/2``) ask for the limit: the path point
 #: where the loss crosses them is within ~sqrt(1e-16) = 1e-8 (relative) of the limit, which Newton
@@ -119,8 +119,10 @@ class EquilibriumNewton(AbstractTail):
             progress.update(dynamics.loss(state), steps=first.steps + iterations)
         # Newton jumps to the limit, reached at t = ∞ (Solution.time and clock).
         clock = jnp.where(run & (iterations > 0), jnp.inf, first.clock)
-        return Phase(state=state, clock=clock, steps=iterations, accepted=iterations,
-                     status=phase_status(result), saved=first.saved)
+        return eqx.tree_at(
+            lambda p: (p.state, p.clock, p.steps, p.accepted, p.status), first,
+            (state, clock, first.steps + iterations, first.accepted + iterations,
+             phase_status(result)))
 
 
 def _stopped(tree):
