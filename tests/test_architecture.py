@@ -320,3 +320,17 @@ def test_no_function_is_longer_than_80_lines():
                 if count > MAX_FUNCTION_LINES:
                     long[f"{module}.{node.name}"] = count
     assert long == {}
+
+
+def test_one_solve_loop():
+    """Every flow goes through one segment loop: ``ibflow/_segments.py`` holds the only
+    ``diffeqsolve`` call of the package (a smooth flow is its one-mode case; a phase change
+    continues it with another solver)."""
+    calls = collections.Counter()
+    for module, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (
+                    getattr(node.func, "attr", None) == "diffeqsolve"
+                    or getattr(node.func, "id", None) == "diffeqsolve"):
+                calls[module] += 1
+    assert dict(calls) == {"ibflow._segments": 1}
