@@ -189,16 +189,12 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarit
     def integrate(solver):
         # The tail starts with the step the explicit phase would have taken next (stability-
         # limited there, so small for an implicit method, which grows it; Diffrax's own
-        # selection costs two field evaluations and started smaller still). A smooth flow's
-        # tail does not test for stationarity: it starts below the switch level, on an
-        # interpolating flow's path, and the test's extra gradient per step is a large share
-        # of a (cheap, structured) implicit step. Through kinks the stiffness watch may hand
-        # over a flow that is coming to rest above the target, and there the test costs one
-        # field evaluation at the event's multipliers.
+        # selection costs two field evaluations and started smaller still). It tests for
+        # stationarity too: the stiffness watch may hand over a flow that is coming to rest
+        # above the target (a spurious minimum), which would otherwise run to its budget.
         return run_segments(dynamics, _with_structured_root_finder(solver, dynamics), first,
                             stop_at=options.target_loss, options=options, budget=budget,
-                            run=run, progress=progress,
-                            stationarity=None if first.mode is None else stationarity)
+                            run=run, progress=progress, stationarity=stationarity)
 
     return tail.run(dynamics, first, run=run, stop_at=options.target_loss,
                     budget=budget - first.steps, progress=progress, integrate=integrate)

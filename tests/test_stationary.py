@@ -197,3 +197,23 @@ def test_matrix_free_newton_polishes_too(monkeypatch):
     theta0, _ = _flat_loss(student, X, y)
     assert np.linalg.norm(jax.grad(loss)(theta)) <= 1e-13 * np.linalg.norm(
         jax.grad(loss)(theta0))
+
+
+def test_tail_ends_stationary_too():
+    """A switch level above the spurious minimum's loss hands the flow to the implicit tail
+    before it comes to rest: the tail's own stationarity test ends it there (it ran to its
+    budget before), at the point the explicit phase finds alone."""
+    data = _teacher_data()
+    student = _student(1, 0)
+    scale = 0.5 * float(np.mean(np.asarray(data.y) ** 2))
+    alone = ibflow.integrate(student, data.X, data.y, throw=False)
+    theta, loss = _flat_loss(student, data.X, data.y)
+    g0 = np.linalg.norm(jax.grad(loss)(theta))
+    switch = 3 * float(alone.loss) / scale
+    sol = ibflow.integrate(student, data.X, data.y, stiff_switch=switch, throw=False)
+    assert sol.status == ibflow.Status.stationary, ibflow.Status[sol.status]
+    assert float(sol.loss) < switch * scale  # the tail ran
+    end, _ = _flat_loss(sol.model, data.X, data.y)
+    assert np.linalg.norm(jax.grad(loss)(end)) <= 1e-13 * g0
+    np.testing.assert_allclose(end, _flat_loss(alone.model, data.X, data.y)[0], rtol=0,
+                               atol=1e-10 * np.linalg.norm(end))
