@@ -8,7 +8,7 @@ from jaxtyping import Array, Float
 
 from .._flows.base import AbstractFlow
 from .._losses import AbstractLoss
-from .._tail.jacobian import LowRankJacobian
+from .._tail.jacobian import LowRankJacobian, gated
 from .base import AbstractStationaryEndDynamics
 
 
@@ -104,6 +104,15 @@ class ParameterDynamics(AbstractStationaryEndDynamics):
         return self._field(model, grad, 1.0, jnp.zeros((), self.X.dtype))
 
     def linearization(self, c, state, args):
+        """The Gauss–Newton form (`gauss_newton`), or the exact dense Jacobian for a small state
+        far from the interpolation set (`ibflow._tail.jacobian.gated`)."""
+        return gated(self.gauss_newton(c, state, args),
+                     lambda s: self.vector_field(c, s, args), state, self.loss(state),
+                     self.loss_fn(jnp.zeros_like(self.y), self.y))
+
+    def gauss_newton(self, c, state, args):
+        """The generalized Gauss–Newton form of the field's Jacobian at ``state`` in mode
+        ``args`` (a `LowRankJacobian`: ``−U V`` with V the n × p output Jacobian)."""
         model = self.model(state)
         outputs = self.outputs(model, args)
         # Diagonal of the loss's Hessian in the outputs (1/n for the square loss).

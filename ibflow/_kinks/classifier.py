@@ -129,6 +129,10 @@ class ClassifierReducedDynamics(AbstractKinkReducible):
     def linearization(self, c, state, args):
         return None
 
+    def gauss_newton(self, c, state, args):
+        """No structured form (the span reduction's Jacobian is left to the tail's solver)."""
+        return None
+
     def through_kinks(self, max_sliding_rows: int) -> AbstractDynamics:
         """The same reduction integrated through its kinks (`ClassifierKinkedDynamics`)."""
         return ClassifierKinkedDynamics(self.initial, self.X, self.y, self.flow, self.loss_fn,

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from .._tail.jacobian import DenseJacobian, GatedJacobian
+from .._tail.jacobian import gated
 from .base import AbstractSwitchingDynamics
 from .equivalent_control import equivalent_control, linear_response
 from .mode import KinkCounters, Mode
@@ -33,12 +33,6 @@ _NEUTRAL_DRIFT = 1e-6
 #: The most a transition's early switches of imminent pairs may move the state, in the error
 #: norm of an accepted step (`AbstractKinkedDynamics._imminent`).
 CLUSTER_ERROR = 0.5
-#: Largest state (parameters, plus the real time of a warped flow) whose tail gets the exact
-#: dense Jacobian far from the interpolation set (`AbstractKinkedDynamics.linearization`).
-DENSE_TAIL_MAX = 256
-#: ... far: a loss above this fraction of the loss at zero outputs (``mean(y²)/2`` for the
-#: square loss), the default tail switch, below which the Gauss–Newton form is accurate.
-EXACT_TAIL_ABOVE = 1e-8
 
 
 @eqx.filter_jit
@@ -98,33 +92,18 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         return super().vector_field(c, state, self._mode_slopes(state, args))
 
     def linearization(self, c, state, args: Mode | None):
-        """The smooth dynamics' structured form at the mode's slopes (in parameter space the
-        Gauss–Newton form; the slopes held fixed: the equivalent control's own dependence on
-        the state is left to the chord iteration), or None where it offers none. A state of at most
-        `DENSE_TAIL_MAX` entries gets the exact Jacobian of this mode's field instead (the
-        equivalent control's state dependence included) while its loss is above
-        `EXACT_TAIL_ABOVE` of the loss at zero outputs (`GatedJacobian`: one structure, the
-        work chosen at run time). ``args`` is None where the engine only asks for the
-        structure's shape.
-
-        Why: the Gauss–Newton form drops ``Σ rᵢ ∇²fᵢ``, which is not small where stiffness
-        detection starts the tail far from the interpolation set (loss ≤ 1e-2·L₀), and the
-        chord iteration then holds the step to its inverse: on the width-16 ReLU `ShallowNet`
-        of tests/test_kinks.py (49 parameters) Gauss–Newton throughout exhausts a 10⁵-step
-        budget short of the limit, where the exact Jacobian converges in a few thousand steps.
-        Below the switch level the low-rank form is kept: there it is accurate, and a dense
-        k × k factorization in every implicit stage would cost time without saving steps."""
+        """The smooth dynamics' Gauss–Newton form at the mode's slopes (the slopes held fixed:
+        the equivalent control's own dependence on the state is left to the chord iteration),
+        or None where it offers none; for a small state far from the interpolation set, the
+        exact Jacobian of this mode's field instead, the equivalent control's state dependence
+        included (`ibflow._tail.jacobian.gated`: without that dependence a sliding ReLU
+        `ShallowNet` of tests/test_kinks.py exhausts its budget, and a ReLU student of
+        tests/test_stationary_kinks.py takes 12 727 steps instead of < 5 000). ``args`` is
+        None where the engine only asks for the structure's shape."""
         mode = self.initial_mode(state) if args is None else args
-        low_rank = super().linearization(c, state, self._mode_slopes(state, mode))
-        k = sum(a.size for a in jax.tree_util.tree_leaves(state))
-        if low_rank is None or k > DENSE_TAIL_MAX:
-            return low_rank
-        scale = self.loss_fn(jnp.zeros_like(self.y), self.y)
-        exact = eqxi.unvmap_any(self.loss(state) > EXACT_TAIL_ABOVE * scale)
-        dense = jax.lax.cond(
-            exact, lambda: DenseJacobian.of(lambda s: self.vector_field(c, s, mode), state).matrix,
-            lambda: jnp.zeros((k, k), self.X.dtype))
-        return GatedJacobian(exact=exact, dense=DenseJacobian(dense), low_rank=low_rank)
+        return gated(self.gauss_newton(c, state, self._mode_slopes(state, mode)),
+                     lambda s: self.vector_field(c, s, mode), state, self.loss(state),
+                     self.loss_fn(jnp.zeros_like(self.y), self.y))
 
     def _mode_slopes(self, state, mode):
         slopes, ok, _ = self.slopes(state, mode.positive, mode.sliding)

@@ -19,6 +19,7 @@ a positive diagonal metric).
 import abc
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
@@ -141,3 +142,37 @@ class GatedJacobian(AbstractTailJacobian):
 
         dense_inverse, low_rank_inverse = jax.lax.cond(self.exact, dense, low_rank)
         return _GatedInverse(self.exact, dense_inverse, low_rank_inverse)
+
+
+#: Largest state (parameters, plus the real time of a warped flow) whose tail gets the exact
+#: dense Jacobian far from the interpolation set (`gated`).
+DENSE_TAIL_MAX = 256
+#: ... far: a loss above this fraction of the loss at zero outputs (``mean(y²)/2`` for the
+#: square loss), the default tail switch, below which the Gauss–Newton form is accurate.
+EXACT_TAIL_ABOVE = 1e-8
+
+
+def gated(low_rank, field, state, loss, scale) -> "AbstractTailJacobian | None":
+    """The tail's Jacobian of a parameter-space flow: the exact dense Jacobian of `field` (state
+    → velocity) at `state` while `loss` is above `EXACT_TAIL_ABOVE` · `scale` and the state has
+    at most `DENSE_TAIL_MAX` entries, else the Gauss–Newton `low_rank` form
+    (`GatedJacobian`: one structure, the work chosen at run time; `low_rank` itself for larger
+    states, None where there is none).
+
+    Why: the Gauss–Newton form drops ``Σ rᵢ ∇²fᵢ``, which is not small where stiffness
+    detection starts the tail far from the interpolation set (loss ≤ 1e-2·L₀), nor near a
+    limit that does not interpolate, and the chord iteration then holds the step to its
+    inverse: the width-16 ReLU `ShallowNet` of tests/test_kinks.py (49 parameters) exhausts a
+    10⁵-step budget with Gauss–Newton throughout where the exact Jacobian converges in a few
+    thousand steps; a tanh student handed to the tail above its spurious minimum
+    (tests/test_stationary.py) took 43 119 steps to come to rest. Below the switch level the
+    low-rank form is kept: there it is accurate, and a dense k × k factorization in every
+    implicit stage would cost time without saving steps."""
+    k = sum(a.size for a in _leaves(state))
+    if low_rank is None or k > DENSE_TAIL_MAX:
+        return low_rank
+    exact = eqxi.unvmap_any(loss > EXACT_TAIL_ABOVE * scale)
+    dtype = _leaves(low_rank.U)[0].dtype
+    dense = jax.lax.cond(exact, lambda: DenseJacobian.of(field, state).matrix,
+                         lambda: jnp.zeros((k, k), dtype))
+    return GatedJacobian(exact=exact, dense=DenseJacobian(dense), low_rank=low_rank)
