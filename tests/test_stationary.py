@@ -213,6 +213,9 @@ def test_tail_ends_stationary_too():
     sol = ibflow.integrate(student, data.X, data.y, stiff_switch=switch, throw=False)
     assert sol.status == ibflow.Status.stationary, ibflow.Status[sol.status]
     assert float(sol.loss) < switch * scale  # the tail ran
+    # With the exact Jacobian far from interpolation (Gauss–Newton alone drops the residual
+    # curvature that is not small here: ~43 000 steps).
+    assert int(sol.steps) < 5000
     end, _ = _flat_loss(sol.model, data.X, data.y)
     assert np.linalg.norm(jax.grad(loss)(end)) <= 1e-13 * g0
     np.testing.assert_allclose(end, _flat_loss(alone.model, data.X, data.y)[0], rtol=0,
