@@ -107,7 +107,7 @@ def start(dynamics, save_at, dt0) -> Phase:
         states=jax.tree_util.tree_map(
             lambda a: jnp.full(save_at.shape + a.shape, jnp.inf, a.dtype), state),
         covered=jnp.zeros(save_at.shape, dtype=bool))
-    zero = jnp.zeros((), dtype=jnp.int64 if jnp.int64 == jnp.int_ else jnp.int32)
+    zero = jnp.array(0)
     return Phase(state=state, clock=jnp.zeros(()), steps=zero, accepted=zero,
                  status=Status.converged, saved=saved, mode=mode,
                  report=None if mode is None else empty_report(mode),
@@ -183,15 +183,14 @@ def _switching_event(dynamics, stop_at, stationarity):
 def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
     """How a one-mode segment ended: ``(stopped, at_rest)``."""
     occurred = sol.result == dfx.RESULTS.event_occurred
-    at_rest = occurred & ~(loss <= stop_at)
     if stationarity is None:
-        at_rest = jnp.array(False)
-    else:
-        at_rest = at_rest & stationarity.reached(field_norm(dynamics, None, state, None), loss)
+        return occurred, jnp.array(False)
+    at_rest = occurred & ~(loss <= stop_at) & stationarity.reached(
+        field_norm(dynamics, None, state, None), loss)
     return occurred & ~at_rest, at_rest
 
 
-def _switching_end(dynamics, components, sol, t, state, mode, stationarity, rtol, atol):
+def _switching_end(dynamics, components, sol, t, state, loss, mode, stationarity, rtol, atol):
     """How a segment of a switching dynamics ended, and the mode after it: ``(stopped,
     at_rest, switched, new_mode, counts)``."""
     # The root finder also asks |value| < atol at the root. The loss of an interpolated state
@@ -211,7 +210,7 @@ def _switching_end(dynamics, components, sol, t, state, mode, stationarity, rtol
     if stationarity is not None:
         # At rest in the new mode already: its rest value starts ≤ 0 and never crosses.
         at_rest = at_rest | (switched & ~counts.degenerate & stationarity.reached(
-            counts.field_norm, dynamics.loss(state)))
+            counts.field_norm, loss))
         switched = switched & ~at_rest
     return stopped, at_rest, switched, new_mode, counts
 
@@ -289,7 +288,7 @@ def run_segments(
         switched, too_many, degenerate = no, no, no
         if switching:
             stopped, at_rest, switched, new_mode, counts = _switching_end(
-                dynamics, components, sol, t, state, p.mode, stationarity, rtol, atol)
+                dynamics, components, sol, t, state, loss, p.mode, stationarity, rtol, atol)
             mode = _select(switched, new_mode, p.mode)
             report = logged(report, switched, counts, t, t - p.clock, mode, old_mode=p.mode)
             too_many = report.switches >= options.max_switches

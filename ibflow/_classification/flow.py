@@ -105,9 +105,8 @@ def classification_flow(
     target_loss = _checks.positive(_checks.as_array(target_loss, float), "target_loss")
     if not isinstance(kinks, bool):
         raise ValueError(f"kinks must be True or False; got {kinks!r}.")
-    dynamics = Reduction(kinks=kinks).dynamics(model, X, y, flow, loss)
     if isinstance(flow, AbstractLossClockFlow):
-        end = flow.clock_at_loss(dynamics.loss(dynamics.initial_state()), target_loss)
+        end = flow.clock_at_loss(loss(jax.vmap(model)(X), y), target_loss)
         # The event ends the solve; the margin guards the drift of c against log(L0/L), which
         # the solver's error accumulates (more than one nat down to 1e-30 where the field jumps
         # at the kinks, so a fixed margin of 1 is too little). A flow that stalls still stops
@@ -122,8 +121,7 @@ def classification_flow(
         raise ValueError("save_at must be a 1-d array of increasing clock values.")
     return integrate(
         model, X, y, flow=flow, loss=loss, target_loss=target_loss,
-        rtol=_checks.positive(_checks.as_array(rtol, float), "rtol"),
-        atol=jnp.asarray(atol, dtype=float), solver=solver, stiff_solver=None,
+        rtol=rtol, atol=atol, solver=solver, stiff_solver=None,
         max_steps=int(max_steps), t_max=t_max, save_at=save_at,
         formulation=Reduction(kinks=kinks), throw=throw,
         max_switches=(max(DEFAULT_MAX_SWITCHES, 4 * X.shape[0] * neurons)

@@ -9,5 +9,4 @@ from .base import AbstractSwitchingDynamics as AbstractSwitchingDynamics
 from .dynamics import PiecewiseLinearDynamics as PiecewiseLinearDynamics
 from .kinked import AbstractKinkedDynamics as AbstractKinkedDynamics
 from .mode import (EVENT_KINDS as EVENT_KINDS, EVENT_LOG as EVENT_LOG,
-                   KinkCounters as KinkCounters, KinkReport as KinkReport, Mode as Mode,
-                   empty_report as empty_report, logged as logged)
+                   KinkCounters as KinkCounters, KinkReport as KinkReport, Mode as Mode)

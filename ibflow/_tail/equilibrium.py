@@ -136,14 +136,14 @@ def _factor(dynamics, state, shift=None, table=None):
     ``−F' + shift · max(diag(−F')) · I``: one factorization either way. Where the factor is not
     finite (``−F'`` singular: X with repeated or dependent rows) the direction is not finite
     and `_Equilibrium.refine` retries from the same point with a larger shift. `table`: the
-    dynamics' `newton_table`. Returns ``(factor, shift used)``."""
+    dynamics' `newton_table`."""
     matrix = dynamics.newton_matrix(state, table)
     if shift is None:
-        return jsl.cho_factor(matrix, lower=True), jnp.zeros(())
+        return jsl.cho_factor(matrix, lower=True)
     diagonal = jnp.arange(matrix.shape[0])
     # The shift on the diagonal alone: an update in place, not a copy of the matrix.
     shifted = matrix.at[diagonal, diagonal].add(shift * jnp.max(jnp.diagonal(matrix)))
-    return jsl.cho_factor(shifted, lower=True), shift
+    return jsl.cho_factor(shifted, lower=True)
 
 
 def _chords(fixed, factor, state, loss, field, active, stop_at, max_chords):
@@ -185,7 +185,7 @@ def _implicit_root_jvp(primals, tangents):
         t_dynamics, dynamics, is_leaf=lambda t: t is None)
     _, d_field = eqx.filter_jvp(lambda dyn: dyn.vector_field(jnp.zeros(()), root, None),
                                 (dynamics,), (t_dynamics,))
-    factor, _ = _factor(dynamics, root)
+    factor = _factor(dynamics, root)
     # A singular Jacobian (X rank-deficient, e.g. n > d: no interpolant, the loss cannot reach
     # its target) has no implicit derivative; report zero rather than a non-finite one. (The
     # mask depends on primals only, so the tangent stays linear and transposes under grad.)
@@ -213,15 +213,15 @@ class _Equilibrium(AbstractNewtonProblem):
         return Point(x, *self.dynamics.loss_and_field(x))
 
     def direction(self, point, memo):
-        factor, shift = _factor(self.dynamics, point.x, memo, self.table)
-        return Direction(step=jsl.cho_solve(factor, point.aux), info=(factor, shift))
+        factor = _factor(self.dynamics, point.x, memo, self.table)
+        return Direction(step=jsl.cho_solve(factor, point.aux), info=factor)
 
     def converged(self, point, memo):
         return point.value <= self.aim
 
     def refine(self, previous, point, accepted, t, direction, status):
         del status  # a failed search is retried with a shift; a non-finite direction too
-        factor, shift = direction.info
+        factor, shift = direction.info, previous.memo
         # Chords only where the full step was taken (the local regime: far from the root
         # chord steps slow the damped iteration down).
         x, loss, field = _chords(self.dynamics, factor, point.x, point.value, point.aux,
