@@ -190,7 +190,8 @@ def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
     return occurred & ~at_rest, at_rest
 
 
-def _switching_end(dynamics, components, sol, t, state, loss, mode, stationarity, rtol, atol):
+def _switching_end(dynamics, components, sol, t, state, loss, mode, stationarity, rtol, atol,
+                   stop_at):
     """How a segment of a switching dynamics ended, and the mode after it: ``(stopped,
     at_rest, switched, new_mode, counts)``."""
     # The root finder also asks |value| < atol at the root. The loss of an interpolated state
@@ -203,7 +204,12 @@ def _switching_end(dynamics, components, sol, t, state, loss, mode, stationarity
     occurred = (sol.result == dfx.RESULTS.event_occurred) | (
         (sol.result == dfx.RESULTS.nonlinear_max_steps_reached)
         & (jnp.minimum(jnp.minimum(stop_end, switch_end), rest_end) <= _ROUNDOFF_EVENT))
-    stopped = occurred & (stop_end <= switch_end) & (stop_end <= rest_end)
+    # An event at which the loss is at its level ends the run, whichever component located it:
+    # the loss event aims at half the level, so near it a switch (or the loss event itself,
+    # ranked below a switch component at round-off) lands there first, and a run that went on
+    # switched in place, one step per segment, until `max_switches`.
+    stopped = occurred & (((stop_end <= switch_end) & (stop_end <= rest_end))
+                          | (loss <= stop_at))
     at_rest = occurred & ~stopped & (rest_end <= switch_end)
     switched = occurred & ~stopped & ~at_rest
     new_mode, counts = dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
@@ -270,9 +276,12 @@ def run_segments(
             subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, p.clock, t_max),
                                       fn=lambda c, y, args: y))
         # Under vmap the loop runs until every member is done; a member that is done already
-        # takes no step (t1 = t0) instead of integrating on past its stop.
+        # takes no step (t1 = t0) instead of integrating on past its stop, and its mode is
+        # inert (`Mode.live`): nothing slides, and it makes no choice for the batch.
+        args = p.mode if not switching else eqx.tree_at(
+            lambda m: (m.sliding, m.live), p.mode, (p.mode.sliding & ~done, ~done))
         sol = dfx.diffeqsolve(term, solver, t0=p.clock, t1=jnp.where(done, p.clock, t_max),
-                              dt0=None, y0=p.state, args=p.mode, stepsize_controller=controller,
+                              dt0=None, y0=p.state, args=args, stepsize_controller=controller,
                               event=event, saveat=dfx.SaveAt(subs=subs, controller_state=True),
                               max_steps=options.max_steps, throw=False, adjoint=options.adjoint)
         state = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
@@ -288,7 +297,8 @@ def run_segments(
         switched, too_many, degenerate = no, no, no
         if switching:
             stopped, at_rest, switched, new_mode, counts = _switching_end(
-                dynamics, components, sol, t, state, loss, p.mode, stationarity, rtol, atol)
+                dynamics, components, sol, t, state, loss, p.mode, stationarity, rtol, atol,
+                stop_at)
             mode = _select(switched, new_mode, p.mode)
             report = logged(report, switched, counts, t, t - p.clock, mode, old_mode=p.mode)
             too_many = report.switches >= options.max_switches

@@ -300,6 +300,21 @@ def test_kinks_benchmark_quick(tmp_path):
     assert float(large[9]) < 1e-9  # ibflow's limit against argmin Q
 
 
+def test_students_benchmark_small(tmp_path):
+    """``python -m benchmarks.students --members 4``: a sweep of four ReLU students, each on
+    its own data (student 2 used to end `solver_failed`, its sliding pairs drifting off their
+    kink); every member ends converged or stationary, and the table and figure are written."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.students", "--members", "4",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (tmp_path / "students.png").stat().st_size > 0
+    row = (tmp_path / "students.md").read_text().strip().splitlines()[-1].split("|")
+    assert [c.strip() for c in row[1:2] + row[7:8]] == ["4", "0"], row  # no other status
+    assert int(row[5]) + int(row[6]) == 4, row
+
+
 def test_gpu_benchmark_small(tmp_path):
     """``benchmarks.gpu --small`` on the device JAX sees (the CPU here; issue 14's GPU rows come
     from the same code on a GPU): every member of the grid converges to within 1e-9 of argmin Q

@@ -94,8 +94,17 @@ def test_relu_student_ends_clarke_stationary_on_a_kink(k, teachers_first):
     assert distances[0] > 3 * distances[2], distances
 
 
-def test_interpolating_relu_student_still_converges():
-    model, X, y = _student(1)
+@pytest.mark.parametrize("k", [1, 2])
+def test_interpolating_relu_student_still_converges(k):
+    """k = 2 ends its explicit phase with 17 pairs sliding, among them every neuron active on an
+    example whose label is 0. Its implicit tail used to let them drift off their kink (to
+    ~5e-12: the Gauss–Newton Jacobian held the multipliers fixed), which froze that example's
+    output at −1e-11 and the loss at 6× its target; the flow then chattered to
+    `solver_failed`. The loss is recomputed here from the end point."""
+    model, X, y = _student(k)
     sol = ibflow.integrate(model, X, y, throw=False)
     assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
-    assert float(sol.loss) <= float(sol.target_loss)
+    assert int(sol.steps) < 5000
+    W, a = np.asarray(sol.model.first), np.asarray(sol.model.second)
+    loss = 0.5 * np.mean((np.maximum(X @ W.T, 0) @ a - y) ** 2)
+    assert loss <= 1e-24 * 0.5 * np.mean(y**2), loss

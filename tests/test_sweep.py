@@ -117,8 +117,8 @@ def test_references_are_computed_once_per_data_set(small_sweep, monkeypatch):
 
 def test_default_chunk_follows_the_tail():
     """On a CPU the default chunk is large where the flows end in the compacting Newton tail
-    (the diagonal net with default options) and 8 otherwise, decided as `integrate` decides its
-    tail."""
+    (the diagonal net with default options), 1 for flows through kinks and 8 otherwise, decided
+    as `integrate` decides its tail."""
     from ibflow._sweep import sweep as S
 
     data = ibflow.data.sparse_regression(jax.random.key(7), n=N, d=D, k=3)
@@ -136,6 +136,7 @@ def test_default_chunk_follows_the_tail():
         assert not S._compacting(S._dynamics(diagonal, dataset, {}), {}, (axis,)), axis
     assert S._default_chunk("cpu", 1000, True) == S.COMPACTING_CPU_CHUNK
     assert S._default_chunk("cpu", 1000, False) == S.CPU_CHUNK == 8
+    assert S._default_chunk("cpu", 1000, False, switching=True) == S.SWITCHING_CPU_CHUNK == 1
     assert S._default_chunk("gpu", 1000, False) == 1000
 
 
@@ -335,3 +336,48 @@ def test_sweep_over_the_two_layer_relu_net_records_test_error_of_its_outputs():
         loss = 0.5 * jnp.mean((jax.vmap(model)(data.X) - data.y) ** 2)
         np.testing.assert_allclose(res["loss"][i], loss, rtol=1e-10, atol=1e-300)
     assert "not_computed" not in {res.status_names[int(c)] for c in res["status"]}
+
+
+def test_paired_data_runs_each_member_on_its_own_data_set():
+    """A grid axis ``data_index`` picks each member's data set from the list (per-member data);
+    checked against each member integrated alone on its own data, and its reference distance
+    against its own data set's minimal-ℓ2 interpolant. `build` that names ``data_index`` gets
+    it; one that does not is called without it."""
+    sets = [ibflow.data.sparse_regression(jax.random.key(k), n=N, d=D, k=3) for k in range(3)]
+    data = [(s.X, s.y) for s in sets]
+    grid = ibflow.Grid(data_index=np.array([2, 0, 1]), scale=[1e-3, 0.3])
+
+    def build(data_index, scale):
+        return ibflow.DiagonalNet.from_scale_shape(scale, 0.2 * jnp.asarray(data_index, float),
+                                                   dim=D)
+
+    res = ibflow.sweep(build, grid, data, progress=False, references=("min_l2",))
+    assert res["predictor"].shape == (3, 2, D) and res.converged.all()
+    for i, k in enumerate(grid.axes["data_index"]):
+        for j, scale in enumerate(grid.axes["scale"]):
+            sol = ibflow.integrate(build(k, scale), sets[k].X, sets[k].y)
+            w = res["predictor"][i, j]
+            assert np.linalg.norm(w - sol.predictor) <= 1e-10 * np.linalg.norm(sol.predictor)
+            l2 = np.linalg.pinv(np.asarray(sets[k].X)) @ np.asarray(sets[k].y)
+            np.testing.assert_allclose(res["distance_min_l2"][i, j],
+                                       np.linalg.norm(w - l2) / np.linalg.norm(l2), rtol=1e-8)
+    # A build without the axis: the member's data still follow it.
+    plain = ibflow.sweep(Diagonal(D), ibflow.Grid(data_index=[1], scale=[0.3], shape=[0.0]),
+                         data, progress=False, references=())
+    sol = ibflow.integrate(Diagonal(D)(0.3, 0.0), sets[1].X, sets[1].y)
+    w = plain["predictor"][0, 0, 0]
+    assert np.linalg.norm(w - sol.predictor) <= 1e-10 * np.linalg.norm(sol.predictor)
+
+
+@pytest.mark.parametrize("data, values, match", [
+    ("one", [0], "pass data as a list"),
+    ("list", [0, 3], "integer indices into data"),
+    ("list", [-1], "integer indices into data"),
+    ("list", [0.5], "integer indices into data"),
+])
+def test_paired_data_axis_is_checked(data, values, match):
+    sets = [ibflow.data.sparse_regression(jax.random.key(k), n=N, d=D, k=3) for k in range(2)]
+    given = sets[0] if data == "one" else [(s.X, s.y) for s in sets]
+    with pytest.raises(ValueError, match=match):
+        ibflow.sweep(Diagonal(D), ibflow.Grid(data_index=values, scale=[0.1], shape=[0.0]),
+                     given, progress=False)

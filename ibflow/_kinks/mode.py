@@ -16,11 +16,18 @@ class Mode(eqx.Module):
     - `offset`: subtracted from each pair's event value so that every value starts the segment
       positive (a pair that has just crossed sits at ``|z| ≈ root-finder accuracy`` on either
       side of 0; it must not trigger again, nor mask a later switch of another pair).
+    - `live`: False in the mode the segment loop hands to the solver of a vmapped member that
+      is done already (`ibflow._segments.run_segments`; its sliding set is then empty too).
+      Such a member takes no step, but a batched loop still evaluates its field at every step
+      of the others: its mode must not make the batch's shared choices (`lax.cond` on a
+      predicate reduced over the batch: the multiplier system's size, the tail's exact
+      Jacobian) for the members that run.
     """
 
     positive: Bool[Array, "n m"]
     sliding: Bool[Array, "n m"]
     offset: Float[Array, "n m"]
+    live: Bool[Array, ""]
 
 
 class KinkCounters(eqx.Module):

@@ -14,6 +14,7 @@ from .. import _checks
 from .._integrate import integrate
 from .._models.base import AbstractPredictorModel
 from .._status import Status
+from .plan import DATA_AXIS
 
 #: The step budget of a chunk's first pass (`Executor.run`): members that exhaust it are run
 #: again, with the sweep's own budget, in a second and smaller batch, so that a few slow members
@@ -30,14 +31,18 @@ _BUDGET_EXHAUSTED = int(Status.budget_exhausted._value)
 
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counted by tests: one trace per build
-def _integrate_batch(build, options, option_axes, references, has_test, params, X, y, X_test,
-                     y_test, refs):
+def _integrate_batch(build, options, option_axes, build_axes, paired, references, has_test,
+                     params, *data):
     """The compiled per-round computation, vmapped over members. Module-level so that repeated
     sweeps with the same `build` (compared by identity, or by value for an Equinox module) and the
-    same static options reuse one compilation; float options arrive as traced arrays."""
+    same static options reuse one compilation; float options arrive as traced arrays. `data`:
+    ``(X, y, X_test, y_test, refs)`` shared by the members or, where `paired`, stacked over the
+    data sets, each member reading the one its `DATA_AXIS` value names."""
 
     def one(p):
-        model = build(**{k: v for k, v in p.items() if k not in option_axes})
+        X, y, X_test, y_test, refs = (jax.tree_util.tree_map(lambda a: a[p[DATA_AXIS]], data)
+                                      if paired else data)
+        model = build(**{k: v for k, v in p.items() if k in build_axes})
         member_options = {k: v for k, v in p.items() if k in option_axes}
         sol = integrate(model, X, y, throw=False, **options, **member_options)
         trained, _ = ravel_pytree(eqx.filter(sol.model, eqx.is_inexact_array))
@@ -103,8 +108,12 @@ class Executor:
     def __init__(self, build: Callable, options: dict, sweepable: tuple[str, ...],
                  option_axes: tuple[str, ...], references: tuple[str, ...], has_test: bool,
                  devices, *, first_pass_steps: int | None = None,
-                 split_min_members: int | None = None, compacting: bool = False):
+                 split_min_members: int | None = None, compacting: bool = False,
+                 build_axes: tuple[str, ...] | None = None, paired: bool = False):
         self.build, self.options = build, traced_options(options, sweepable)
+        # `build_axes` None: every axis that is not an option; `paired`: the data placed are
+        # stacked data sets, chosen per member by its `DATA_AXIS` value (`place`).
+        self.build_axes, self.paired = build_axes, paired
         self.option_axes, self.references, self.has_test = option_axes, references, has_test
         mesh = Mesh(np.array(devices), ("members",))
         self.n_devices = len(devices)
@@ -123,10 +132,11 @@ class Executor:
 
     def place(self, dataset: dict[str, np.ndarray], refs: dict[str, np.ndarray]) -> tuple:
         """One data set and its references on every device: copied once per data set, and
-        passed to `run` for each of its chunks (X of the Figure 7.1 grid: 800 kB, 13 chunks)."""
-        d = dataset["X"].shape[1]
-        X_test = dataset.get("X_test", np.zeros((1, d)))
-        y_test = dataset.get("y_test", np.zeros(1))
+        passed to `run` for each of its chunks (X of the Figure 7.1 grid: 800 kB, 13 chunks).
+        Where `paired`, every array carries a leading axis over the data sets."""
+        lead, d = dataset["X"].shape[:-2], dataset["X"].shape[-1]
+        X_test = dataset.get("X_test", np.zeros((*lead, 1, d)))
+        y_test = dataset.get("y_test", np.zeros((*lead, 1)))
         return jax.device_put((dataset["X"], dataset["y"], X_test, y_test, dict(refs)),
                               self._replicated)
 
@@ -134,8 +144,10 @@ class Executor:
         # device_put, not jnp.asarray: that compiles a conversion program per shape and dtype.
         params = jax.device_put(params, self._members)
         with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
-            out = _integrate_batch(self.build, options, self.option_axes, self.references,
-                                   self.has_test, params, *placed)
+            build_axes = tuple(k for k in params if k not in self.option_axes) if (
+                self.build_axes is None) else self.build_axes
+            out = _integrate_batch(self.build, options, self.option_axes, build_axes,
+                                   self.paired, self.references, self.has_test, params, *placed)
         return {k: np.array(v) for k, v in out.items()}
 
     def run(self, params: dict[str, np.ndarray], placed: tuple) -> dict[str, np.ndarray]:

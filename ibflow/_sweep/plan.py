@@ -58,14 +58,24 @@ def check_options(given: dict, options: tuple[str, ...]) -> None:
                          "reports its own status.")
 
 
+#: The grid axis that pairs each member with a data set of the list given to ``sweep``
+#: (per-member data: one teacher per seed); an argument of `build` too where it takes one.
+DATA_AXIS = "data_index"
+
+
 def split_axes(grid: Grid, options: tuple[str, ...], sweepable: tuple[str, ...], given: dict,
                build_params: frozenset[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(build_axes, option_axes)``: axes named like a sweepable ``integrate`` option are
-    passed to it per member (as float arrays); every other axis is an argument of `build`."""
+    passed to it per member (as float arrays); every other axis is an argument of `build`, but
+    `DATA_AXIS`, which is one only where `build` names it (or takes ``**kwargs``)."""
     build_axes, option_axes = [], []
     for name in grid.axes:
         if name in given:
             raise ValueError(f"{name!r} is both a grid axis and a keyword argument of sweep.")
+        if name == DATA_AXIS:
+            if build_params is None or name in build_params:
+                build_axes.append(name)
+            continue
         if name in STATIC_OPTIONS or (name in options and name not in sweepable):
             raise ValueError(f"grid axis {name!r} names an integrate option that cannot be an "
                              f"array; pass {name}=... once as a keyword, or sweep in a loop.")

@@ -73,6 +73,13 @@ CPU_CHUNK = 8
 #: members) on the 2-core CPU: 0.17–0.19 s in one batch, 0.21 s in chunks of 32, 0.23 s in
 #: chunks of 8, warm.
 COMPACTING_CPU_CHUNK = 128
+#: Default members per chunk on a CPU for flows through kinks: one. A vmapped batch of such
+#: flows runs its segments (switch to switch) in lockstep, each as long as the longest of the
+#: batch's, so a member switching every few steps waits at every switch for one that does not;
+#: a CPU gains little from vmapping these small flows anyway. Warm, on the 2-core CPU: 16 ReLU
+#: students (benchmarks/students.py) 18.8 s in chunks of 8, 2.9 s one by one; 32 leaky
+#: neurons 0.99 s and 0.55 s.
+SWITCHING_CPU_CHUNK = 1
 
 
 def sweep(
@@ -96,7 +103,12 @@ def sweep(
       float; an axis named like an option that cannot be an array (``max_steps``, ``solver``,
       ``adjoint``, ``flow``, ...) is refused.
     - `data`: a `RegressionData`, an ``(X, y)`` or ``(X, y, X_test, y_test)`` tuple, or a list
-      of them (then a leading ``dataset`` axis is added to the results).
+      of them (of one shape). With a list, every member runs on every data set (a leading
+      ``dataset`` axis is added to the results), unless the grid has an axis named
+      ``data_index``: then its values index the list, and each member runs on its own data
+      set (per-member data, e.g. ``Grid(data_index=np.arange(256))`` with one teacher–student
+      data set per seed). `build` receives that axis only if it takes a ``data_index``
+      argument.
     - `out`: results directory (see `ibflow._sweep.store` for its guarantees). Each finished
       chunk is written atomically and verified on resume; re-running the same sweep computes only
       missing or invalid chunks. A directory holding a *different* sweep is refused, and so is
@@ -107,7 +119,8 @@ def sweep(
       option that cannot be identified that way (an object of unknown type) is refused with
       ``out=``, naming it.
     - `chunk_size`: members per compiled batch on one device. Default on a CPU: 8 (small
-      batches of cost-sorted members waste the fewest lockstep steps), or 128 where the flows end
+      batches of cost-sorted members waste the fewest lockstep steps), 1 for flows through
+      kinks (a batch would run their segments in lockstep), or 128 where the flows end
       in a tail whose batch compacts (the default Newton tail of the diagonal net: members that
       finish early cost nothing, and one large batch shares its matrix products);
       ``ACCELERATOR_CHUNK`` = 2048 on accelerators (or the grid's size, if smaller). Every chunk
@@ -135,18 +148,21 @@ def sweep(
         raise ValueError("order must be an ibflow.AbstractOrder (e.g. CostOrder()) or None.")
     references = _checked_references(references)
     sweepable = _plan.sweepable_options(integrate)
-    _, option_axes = _plan.split_axes(grid, options, sweepable, integrate_options,
-                                      _plan.build_parameters(build))
+    build_axes, option_axes = _plan.split_axes(grid, options, sweepable, integrate_options,
+                                               _plan.build_parameters(build))
     _check_option_axes(grid, option_axes)
     datasets, multi = _as_datasets(data)
+    paired = _paired(grid, datasets, multi)
+    multi = multi and not paired
     devices = list(devices or jax.devices())
     members = grid.members()
-    build_params = {k: v for k, v in members.items() if k not in option_axes}
+    build_params = {k: v for k, v in members.items() if k in build_axes}
     ends = _built_models(build, build_params, grid)
     dynamics = _dynamics(ends[0], datasets[0], integrate_options)
     compacting = _compacting(dynamics, integrate_options, option_axes)
     if chunk_size is None:
-        chunk_size = _default_chunk(devices[0].platform, grid.size, compacting)
+        chunk_size = _default_chunk(devices[0].platform, grid.size, compacting,
+                                    _through_kinks(dynamics))
     chunk_size = _checks.width(chunk_size, "chunk_size")
     predictor = isinstance(ends[0], AbstractPredictorModel)
     references = references if predictor else ()
@@ -158,12 +174,15 @@ def sweep(
     identity = _identity(build, ends, datasets, integrate_options, references,
                          resumable=out is not None)
     plan = _plan.make_plan(grid, order=member_order, chunk_size=chunk_size,
-                           n_datasets=len(datasets), option_axes=option_axes, fields=fields,
-                           identity=identity)
+                           n_datasets=1 if paired else len(datasets), option_axes=option_axes,
+                           fields=fields, identity=identity)
     metadata = _metadata(plan, devices, multi)
     executor = Executor(build, integrate_options, sweepable, option_axes, references,
-                        "X_test" in datasets[0], devices, compacting=compacting)
+                        "X_test" in datasets[0], devices, compacting=compacting,
+                        build_axes=build_axes, paired=paired)
     refs = [{r: _reference(r, ds["X"], ds["y"]) for r in references} for ds in datasets]
+    if paired:  # one placement: every data set, stacked, each member reading its own
+        datasets, refs = [_stacked(datasets)], [_stacked(refs)]
     if out is None:
         records = _run(plan, executor, datasets, refs, None, progress, "sweep")
         return _finish(records, plan, metadata, multi, grid, None)
@@ -212,6 +231,26 @@ def _as_datasets(data) -> tuple[list[dict[str, np.ndarray]], bool]:
     if len({tuple((k, v.shape) for k, v in e.items()) for e in out}) != 1:
         raise ValueError("every data set in a sweep must have the same shapes.")
     return out, multi
+
+
+def _paired(grid: Grid, datasets: list[dict], multi: bool) -> bool:
+    """Whether the grid pairs members with data sets (an axis named ``data_index``:
+    per-member data); its values must index the list `data`."""
+    name = _plan.DATA_AXIS
+    if name not in grid.axes:
+        return False
+    values = np.asarray(grid.axes[name])
+    if not multi:
+        raise ValueError(f"grid axis {name!r} pairs each member with a data set of a list: pass "
+                         "data as a list of data sets (or rename the axis).")
+    if values.dtype.kind not in "iu" or values.min() < 0 or values.max() >= len(datasets):
+        raise ValueError(f"grid axis {name!r} must hold integer indices into data "
+                         f"(0 … {len(datasets) - 1}); got {values.tolist()[:8]}.")
+    return True
+
+
+def _stacked(dicts: list[dict]) -> dict[str, np.ndarray]:
+    return {k: np.stack([d[k] for d in dicts]) for k in dicts[0]}
 
 
 def _check_option_axes(grid: Grid, option_axes: tuple[str, ...]) -> None:
@@ -285,12 +324,15 @@ def _refuse(build, build_params: dict, grid: Grid, bad: np.ndarray) -> None:
                      "these values from the grid.")
 
 
-def _default_chunk(platform: str, size: int, compacting: bool) -> int:
+def _default_chunk(platform: str, size: int, compacting: bool, switching: bool = False) -> int:
     """Members per chunk: ``ACCELERATOR_CHUNK`` on an accelerator; on a CPU, `CPU_CHUNK` small
-    batches of cost-sorted members (each waits for its slowest), or `COMPACTING_CPU_CHUNK` where
-    the batch compacts (`_compacting`: one large batch shares its matrix products)."""
+    batches of cost-sorted members (each waits for its slowest), `COMPACTING_CPU_CHUNK` where
+    the batch compacts (`_compacting`: one large batch shares its matrix products), or
+    `SWITCHING_CPU_CHUNK` for flows through kinks (`_through_kinks`)."""
     if platform != "cpu":
         return min(ACCELERATOR_CHUNK, size)
+    if switching:
+        return SWITCHING_CPU_CHUNK
     return min(COMPACTING_CPU_CHUNK, size) if compacting else CPU_CHUNK
 
 

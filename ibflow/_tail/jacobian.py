@@ -152,7 +152,7 @@ DENSE_TAIL_MAX = 256
 EXACT_TAIL_ABOVE = 1e-8
 
 
-def gated(low_rank, field, state, loss, scale) -> "AbstractTailJacobian | None":
+def gated(low_rank, field, state, loss, scale, live=True) -> "AbstractTailJacobian | None":
     """The tail's Jacobian of a parameter-space flow: the exact dense Jacobian of `field` (state
     → velocity) at `state` while `loss` is above `EXACT_TAIL_ABOVE` · `scale` and the state has
     at most `DENSE_TAIL_MAX` entries, else the Gauss–Newton `low_rank` form
@@ -167,11 +167,14 @@ def gated(low_rank, field, state, loss, scale) -> "AbstractTailJacobian | None":
     thousand steps; a tanh student handed to the tail above its spurious minimum
     (tests/test_stationary.py) took 43 119 steps to come to rest. Below the switch level the
     low-rank form is kept: there it is accurate, and a dense k × k factorization in every
-    implicit stage would cost time without saving steps."""
+    implicit stage would cost time without saving steps.
+
+    `live`: False for a vmapped member that takes no step (done already: `Mode.live`); its
+    loss does not choose the batch's form."""
     k = sum(a.size for a in _leaves(state))
     if low_rank is None or k > DENSE_TAIL_MAX:
         return low_rank
-    exact = eqxi.unvmap_any(loss > EXACT_TAIL_ABOVE * scale)
+    exact = eqxi.unvmap_any(live & (loss > EXACT_TAIL_ABOVE * scale))
     dtype = _leaves(low_rank.U)[0].dtype
     dense = jax.lax.cond(exact, lambda: DenseJacobian.of(field, state).matrix,
                          lambda: jnp.zeros((k, k), dtype))
