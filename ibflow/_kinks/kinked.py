@@ -102,7 +102,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         None where the engine only asks for the structure's shape."""
         mode = self.initial_mode(state) if args is None else args
         low_rank = self.gauss_newton(c, state, self._mode_slopes(state, mode))
-        if low_rank is not None:
+        if low_rank is not None and args is not None:  # (its shape is the unprojected one's)
             low_rank = self._on_sliding_set(state, mode, low_rank)
         return gated(low_rank, lambda s: self.vector_field(c, s, mode), state, self.loss(state),
                      self.loss_fn(jnp.zeros_like(self.y), self.y), live=mode.live)
