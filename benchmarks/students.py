@@ -1,5 +1,5 @@
-"""Issue 35, item 3: a sweep of two-layer ReLU students, each on its own teacher–student data,
-ends every member in a final status (converged or stationary), fast.
+"""Issue 35, item 3: a sweep of two-layer ReLU students, each on its own teacher–student data:
+how many members end in a final status (converged or stationary), and how fast.
 
 ``python -m benchmarks.students [--quick] [--members M] [--chunk-size C] [--out DIR]``
 
@@ -130,8 +130,8 @@ def main(argv=None) -> None:
              + (f" --chunk-size {args.chunk_size}" if args.chunk_size else "")
              + "`: one `ibflow.sweep` of two-layer ReLU students, each on its own data set "
              "(module docstring). First call: compile and run; warm: the same sweep again.")
-    paths = C.write_report(args.out, "students", "ReLU students: one sweep, every member to "
-                           "its limit", machine, intro, body, lambda p: draw(out, p))
+    paths = C.write_report(args.out, "students", "ReLU students: one sweep, each on its own "
+                           "data", machine, intro, body, lambda p: draw(out, p))
     print(f"wrote {paths['md']} and {paths['png']}")
 
 
