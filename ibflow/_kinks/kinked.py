@@ -117,8 +117,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         step: sliding pre-activations drifted to ~5e-12 over the tail of a ReLU student, whose
         example with ``y = 0`` then kept a residual ``Σ aⱼ zⱼ ≈ 1e-11`` (a loss floor 6× the
         target). With ``P Π = 0``, ``P (I − c Π F')⁻¹ = P``: chord corrections keep ż = 0."""
-        lo, hi = self._bounds()
-        base = jnp.where(mode.sliding, 0.5 * (lo + hi), jnp.where(mode.positive, hi, lo))
+        base = self._base_slopes(mode.positive, mode.sliding)
         _, along = jax.linearize(lambda s: self.unit_speed_field(state, s), base)
 
         def project(u):
@@ -163,11 +162,16 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         the effective stiffness of each sliding pair (see `equivalent_control`)."""
         return _traced_once(self, state, positive, sliding)
 
+    def _base_slopes(self, positive, sliding):
+        """Each pair's slope on its side, and the box's middle for a sliding pair (the point
+        the multiplier system is linearized at)."""
+        lo, hi = self._bounds()
+        return jnp.where(sliding, 0.5 * (lo + hi), jnp.where(positive, hi, lo))
+
     def _solve_slopes(self, state, positive, sliding, drive=None):
         """The multipliers (`slopes`); with `drive` (n, m), those that cancel `drive` in
         place of the field's own ż at the base slopes (`_on_sliding_set`)."""
-        lo, hi = self._bounds()
-        base = jnp.where(sliding, 0.5 * (lo + hi), jnp.where(positive, hi, lo))
+        base = self._base_slopes(positive, sliding)
         sizes = _system_sizes(self.max_sliding_rows)
 
         def response(index, mask):
