@@ -104,12 +104,15 @@ def test_a_member_that_exhausts_the_full_budget_reports_it(problem, alone):
     assert (out["steps"][exhausted] == budget).all()
 
 
-def test_small_chunks_and_full_budgets_run_in_one_pass(problem):
+def test_small_chunks_and_full_budgets_run_in_one_pass(problem, alone):
     X, y = problem
     executor, _ = _run(X, y, first_pass_steps=1, split_min_members=17)  # chunk of 16
     assert executor.second_pass_counts == [0]
     executor, _ = _run(X, y, {"max_steps": 5}, first_pass_steps=5, split_min_members=4)
     assert executor.second_pass_counts == [0]  # the first pass would be the whole budget
+    executor, out = _run(X, y, first_pass_steps=1, split_min_members=4, one_pass=True)
+    assert executor.second_pass_counts == [0]  # flows through kinks: one pass, as asked
+    np.testing.assert_array_equal(out["steps"], alone["steps"])
 
 
 def test_generic_flow_two_passes_then_one_pass_once_most_members_are_slow(problem):

@@ -160,16 +160,16 @@ def sweep(
     ends = _built_models(build, build_params, grid)
     dynamics = _dynamics(ends[0], datasets[0], integrate_options)
     compacting = _compacting(dynamics, integrate_options, option_axes)
+    switching = _through_kinks(dynamics)
     if chunk_size is None:
-        chunk_size = _default_chunk(devices[0].platform, grid.size, compacting,
-                                    _through_kinks(dynamics))
+        chunk_size = _default_chunk(devices[0].platform, grid.size, compacting, switching)
     chunk_size = _checks.width(chunk_size, "chunk_size")
     predictor = isinstance(ends[0], AbstractPredictorModel)
     references = references if predictor else ()
     member_order = (order or GridOrder())(build, build_params, grid.size)
     trained, _ = ravel_pytree(eqx.filter(ends[0], eqx.is_inexact_array))
     fields = _plan.expected_fields("X_test" in datasets[0], predictor, references,
-                                   kinks=_through_kinks(dynamics),
+                                   kinks=switching,
                                    n_parameters=trained.size, dim=datasets[0]["X"].shape[1])
     identity = _identity(build, ends, datasets, integrate_options, references,
                          resumable=out is not None)
@@ -179,7 +179,7 @@ def sweep(
     metadata = _metadata(plan, devices, multi)
     executor = Executor(build, integrate_options, sweepable, option_axes, references,
                         "X_test" in datasets[0], devices, compacting=compacting,
-                        build_axes=build_axes, paired=paired)
+                        one_pass=switching, build_axes=build_axes, paired=paired)
     refs = [{r: _reference(r, ds["X"], ds["y"]) for r in references} for ds in datasets]
     if paired:  # one placement: every data set, stacked, each member reading its own
         datasets, refs = [_stacked(datasets)], [_stacked(refs)]
