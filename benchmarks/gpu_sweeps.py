@@ -115,7 +115,7 @@ def part_references(log: _Log, small: bool, members: int | None) -> None:
 
 def part_million(log: _Log, small: bool, members: int | None) -> None:
     X, y = _figure_problem(small)
-    count, stride = (64, 8) if small else (1000, 32)
+    count, stride = (32, 8) if small else (1000, 32)
     shapes, scales = np.linspace(0, 0.99, count), np.logspace(-5, -0.6, count)
     res, first = _timed(lambda: _grid_sweep(X, y, shapes, scales))
     log.set(members=count * count, first_s=first, statuses=_counts(res),

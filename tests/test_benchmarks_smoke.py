@@ -365,15 +365,15 @@ def test_compile_benchmark_quick(tmp_path):
 
 def test_gpu_sweeps_million_part_small(tmp_path):
     """``benchmarks.gpu_sweeps million --small`` on the device JAX sees (the CPU here; the
-    recorded rows come from the same code on a GPU): every member of the 64 × 64 grid converges,
+    recorded rows come from the same code on a GPU): every member of the 32 × 32 grid converges,
     its sub-grid agrees with a separate sweep on the host CPU and with the numpy damped Newton
     on the dual (an independent argmin Q), and ``report`` writes the table and figure."""
     from benchmarks import gpu_sweeps
 
     assert gpu_sweeps.main(["million", "--small", "--out", str(tmp_path)]) == 0
     rec = json.loads((tmp_path / "million.json").read_text())
-    assert rec["statuses"] == rec["warm_statuses"] == {"converged": 64 * 64}
+    assert rec["statuses"] == rec["warm_statuses"] == {"converged": 32 * 32}
     assert rec["vs_host_cpu_max"] <= 1e-10 and rec["vs_dual_newton_max"] <= 1e-9
     assert gpu_sweeps.main(["report", "--out", str(tmp_path)]) == 0
-    assert "| million | 4096 |" in (tmp_path / "gpu_sweeps.md").read_text()
+    assert "| million | 1024 |" in (tmp_path / "gpu_sweeps.md").read_text()
     assert (tmp_path / "gpu_sweeps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
