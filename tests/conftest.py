@@ -66,3 +66,19 @@ def _release_compiled_programs():
     yield
     jax.clear_caches()
 
+
+
+#: Test files with the longest runs (compiling flows through kinks, benchmark and notebook
+#: subprocesses), most expensive first. They are collected first, whole files at a time, so
+#: that the two workers end on short tests: at the end of a run, one worker waits for whatever
+#: the other started last, and on the 2-core CI machine a 40–90 s file started last left one
+#: core idle that long.
+HEAVY_FILES = ("test_kinks.py", "test_benchmarks_smoke.py", "test_engine.py", "test_sweep.py",
+               "test_degenerate_kinks.py", "test_large_models.py", "test_notebooks.py",
+               "test_stationary_kinks.py", "test_teacher_student.py", "test_classification.py",
+               "test_differentiable.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FILES)))  # stable
