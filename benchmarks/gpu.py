@@ -65,7 +65,7 @@ def run_sweep(X, y, shapes, scales, *, chunk_size: int | None, devices, runs: in
 
 def write_cpu_reference(path: str, small: bool) -> None:
     """The 10 × 10 sub-grid's limits on this machine's CPU (``--write-cpu-reference``)."""
-    X, y, shapes, scales = _problem(small)
+    X, y, shapes, scales = problem(small)
     sub_shapes, sub_scales = shapes[::10], scales[::10]
     _, res = run_sweep(X, y, sub_shapes, sub_scales, chunk_size=8,
                        devices=jax.devices("cpu"), runs=0)
@@ -74,7 +74,9 @@ def write_cpu_reference(path: str, small: bool) -> None:
     _say(f"wrote {path}: {len(sub_shapes) * len(sub_scales)} limits, jax {jax.__version__}")
 
 
-def _problem(small: bool):
+def problem(small: bool):
+    """The Figure 7.1 data (X, y) and the grid's shapes and scales (``--small``: d = 60,
+    n = 12, 20 × 20)."""
     n, d, count = (12, 60, 20) if small else (100, 1000, 100)
     data = ibflow.data.sparse_regression(jax.random.key(SEED), n=n, d=d)
     shapes, scales = axes(count, count)
@@ -95,7 +97,7 @@ def run(*, small: bool, chunks: list[int], budget_s: float, cpu_reference: str |
         out_dir: str) -> dict:
     t_start = time.perf_counter()
     device = jax.devices()[0]
-    X, y, shapes, scales = _problem(small)
+    X, y, shapes, scales = problem(small)
     n, d = X.shape
     size = len(shapes) * len(scales)
     info = dict(device=str(getattr(device, "device_kind", device.platform)),
@@ -175,7 +177,7 @@ def profile(small: bool, batch: int | None = None) -> dict:
     import jax.scipy.linalg as jsl
 
     B = batch or (64 if small else 2048)
-    Xn, yn, shapes, scales = _problem(small)
+    Xn, yn, shapes, scales = problem(small)
     X, y = jnp.asarray(Xn), jnp.asarray(yn)
     n = X.shape[0]
     key = jax.random.key(0)
@@ -290,7 +292,7 @@ def main(argv=None) -> int:
     if args.calls < 1:
         ap.error(f"--calls must be >= 1; got {args.calls}")
     if args.first_call is not None:
-        X, y, shapes, scales = _problem(args.small)
+        X, y, shapes, scales = problem(args.small)
         t0 = time.perf_counter()
         t, res = run_sweep(X, y, shapes, scales, chunk_size=args.first_call or None,
                            devices=jax.devices()[:1], runs=args.calls)

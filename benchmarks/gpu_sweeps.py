@@ -42,11 +42,10 @@ import numpy as np
 import ibflow
 
 from . import _common as C
-from . import kinks, reference, students
+from . import gpu, kinks, reference, students
 from .ibflow_grid import _ShapeScaleDiagonal
 
 PARTS = ("references", "million", "leaky", "students")
-FINAL = ("converged", "stationary")
 
 
 class _Log:
@@ -89,34 +88,27 @@ def _counts(res) -> dict[str, int]:
     return {names[int(v)]: int(c) for v, c in zip(values, counts)}
 
 
-def _figure_problem(small: bool):
-    n, d = (12, 60) if small else (100, 1000)
-    data = ibflow.data.sparse_regression(jax.random.key(C.SEED), n=n, d=d)
-    return np.asarray(data.X), np.asarray(data.y)
-
-
 def _grid_sweep(X, y, shapes, scales, **kw):
     return ibflow.sweep(_ShapeScaleDiagonal(X.shape[1]), ibflow.Grid(shape=shapes, scale=scales),
                         (jnp.asarray(X), jnp.asarray(y)), progress=False, **kw)
 
 
 def part_references(log: _Log, small: bool, members: int | None) -> None:
-    X, y = _figure_problem(small)
-    count = 20 if small else 100
-    shapes, scales = np.linspace(0, 0.99, count), np.logspace(-5, -0.6, count)
+    X, y, shapes, scales = gpu.problem(small)
     for label, kw in (("with", {}), ("without", {"references": ()})):
         once = functools.partial(_grid_sweep, X, y, shapes, scales, **kw)
         res, first = _timed(once)
         warm = sorted(_timed(once)[1] for _ in range(3))[1]
         log.set(**{f"{label}_first_s": first, f"{label}_warm_s": warm,
                    f"{label}_statuses": _counts(res)})
-    log.set(members=count * count, ratio=log.info["with_warm_s"] / log.info["without_warm_s"])
+    log.set(members=len(shapes) * len(scales),
+            ratio=log.info["with_warm_s"] / log.info["without_warm_s"])
 
 
 def part_million(log: _Log, small: bool, members: int | None) -> None:
-    X, y = _figure_problem(small)
+    X, y, _, _ = gpu.problem(small)
     count, stride = (32, 8) if small else (1000, 32)
-    shapes, scales = np.linspace(0, 0.99, count), np.logspace(-5, -0.6, count)
+    shapes, scales = gpu.axes(count, count)
     res, first = _timed(lambda: _grid_sweep(X, y, shapes, scales))
     log.set(members=count * count, first_s=first, statuses=_counts(res),
             steps_mean=float(np.mean(res["steps"])), steps_max=int(np.max(res["steps"])))
@@ -162,7 +154,7 @@ def part_leaky(log: _Log, small: bool, members: int | None) -> None:
     log.set(first_s=first, warm_s=warm, statuses=_counts(res),
             sliding=int(np.sum(np.asarray(res["slides"]) > 0)),
             steps_max=int(np.max(res["steps"])))
-    members = grid.members()
+    axes = grid.members()
     pick = np.random.default_rng(0).choice(grid.size, size=min(64, grid.size), replace=False)
     w_dev = np.asarray(res["predictor"]).reshape(grid.size, -1)[pick]
     cpu = jax.devices("cpu")[0]
@@ -170,7 +162,7 @@ def part_leaky(log: _Log, small: bool, members: int | None) -> None:
     with jax.default_device(cpu):
         Xc, yc = jax.device_put((X, y), cpu)
         for i in pick:
-            m = build(members["seed"][i], members["scale"][i])
+            m = build(axes["seed"][i], axes["scale"][i])
             w_cpu.append(np.asarray(ibflow.integrate(m, Xc, yc, throw=False).model.predictor()))
     log.set(sample=len(pick), vs_host_cpu_max=float(np.max(C.rel_dist(w_dev, np.stack(w_cpu)))))
 

@@ -67,7 +67,6 @@ def _release_compiled_programs():
     jax.clear_caches()
 
 
-
 #: Test files with the longest runs (compiling flows through kinks, benchmark and notebook
 #: subprocesses), most expensive first. They are collected first, whole files at a time, so
 #: that the two workers end on short tests: at the end of a run one worker waits for whatever

@@ -98,19 +98,20 @@ class Executor:
     `split_min_members` members therefore runs in two passes (`run`): first with a budget of
     `first_pass_steps` steps, then the members that exhausted it, from the start, with the
     sweep's budget (``max_steps``) as a smaller batch (`_second_batch_size`), unless `one_pass`
-    is set or the flows' batch `compacts` (then one pass: its stragglers continue in a smaller
-    batch inside the compiled solve). A member finished in the first pass has the record it
-    would have with the full budget (its solve does not depend on the budget it did not reach);
-    a member that exhausts the full budget in the second pass reports ``budget_exhausted``, as
-    in one pass. `second_pass_counts` lists, per `run`, the members run again (0 for a chunk run
-    in one pass)."""
+    is set: where the flows' batch `compacts` (its stragglers continue in a smaller batch inside
+    the compiled solve; a second pass would only restart them from the start), or where every
+    member takes far more than `first_pass_steps` (flows through kinks: thousands of steps; a
+    first pass would only compile and run a second program). A member finished in the first pass
+    has the record it would have with the full budget (its solve does not depend on the budget
+    it did not reach); a member that exhausts the full budget in the second pass reports
+    ``budget_exhausted``, as in one pass. `second_pass_counts` lists, per `run`, the members run
+    again (0 for a chunk run in one pass)."""
 
     def __init__(self, build: Callable, options: dict, sweepable: tuple[str, ...],
                  option_axes: tuple[str, ...], references: tuple[str, ...], has_test: bool,
                  devices, *, first_pass_steps: int | None = None,
-                 split_min_members: int | None = None, compacting: bool = False,
-                 one_pass: bool = False, build_axes: tuple[str, ...] | None = None,
-                 paired: bool = False):
+                 split_min_members: int | None = None, one_pass: bool = False,
+                 build_axes: tuple[str, ...] | None = None, paired: bool = False):
         self.build, self.options = build, traced_options(options, sweepable)
         # `build_axes` None: every axis that is not an option; `paired`: the data placed are
         # stacked data sets, chosen per member by its `DATA_AXIS` value (`place`).
@@ -126,11 +127,7 @@ class Executor:
                                                else split_min_members, "split_min_members")
         budget = self.options.get("max_steps", _default_max_steps())
         self._first_options = self.options | {"max_steps": first}
-        # A batch that compacts (`ibflow._batching`) lets no member wait for another: a second
-        # pass would only restart its stragglers from the start. `one_pass`: flows whose every
-        # member takes far more than `first_pass_steps` (through kinks: thousands of steps),
-        # for which a first pass would only compile and run a second program.
-        self._split = first < budget and not (compacting or one_pass)
+        self._split = first < budget and not one_pass
         self.second_pass_counts: list[int] = []
 
     def place(self, dataset: dict[str, np.ndarray], refs: dict[str, np.ndarray]) -> tuple:

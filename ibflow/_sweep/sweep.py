@@ -178,8 +178,8 @@ def sweep(
                            fields=fields, identity=identity)
     metadata = _metadata(plan, devices, multi)
     executor = Executor(build, integrate_options, sweepable, option_axes, references,
-                        "X_test" in datasets[0], devices, compacting=compacting,
-                        one_pass=switching, build_axes=build_axes, paired=paired)
+                        "X_test" in datasets[0], devices, one_pass=compacting or switching,
+                        build_axes=build_axes, paired=paired)
     refs = [{r: _reference(r, ds["X"], ds["y"]) for r in references} for ds in datasets]
     if paired:  # one placement: every data set, stacked, each member reading its own
         datasets, refs = [_stacked(datasets)], [_stacked(refs)]
