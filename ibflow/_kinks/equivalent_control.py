@@ -110,10 +110,12 @@ def equivalent_control(
     # Each neuron's sliding examples packed first, in order (the others 0, masked): a scatter
     # to the running count, not a sort (XLA's sort on CPU is slow enough to dominate a digits
     # run, where this packing runs at every field evaluation).
+    # Gathers and comparisons only: XLA on CPU compiles a scatter as a while loop (see
+    # `_regular`).
     slot = jnp.where(sliding, jnp.cumsum(sliding, axis=0) - 1, max_rows)  # (n, m)
     neuron = jnp.arange(m)[:, None]
-    index = jnp.zeros((m, max_rows), dtype=int).at[neuron.T, slot].set(
-        jnp.broadcast_to(jnp.arange(n)[:, None], (n, m)), mode="drop")  # (m, K)
+    in_slot = slot.T[:, None, :] == jnp.arange(max_rows)[None, :, None]  # (m, K, n)
+    index = jnp.argmax(in_slot, axis=-1)  # (m, K): the example in each slot (0 where none)
     mask = jnp.arange(max_rows)[None, :] < counts[:, None]  # (m, K)
     zdot0, matrix = response(index, mask)  # (n, m), (m, K_i, K_l)
     eye = jnp.eye(mask.shape[1], dtype=base.dtype)
@@ -167,9 +169,12 @@ def equivalent_control(
     delta = u / column
     ok = (jnp.max(counts) <= max_rows) & jnp.all(solved(u, neutral)) & jnp.all(
         jnp.isfinite(delta))
-    slopes = base.at[index, neuron].add(jnp.where(mask, delta, 0.0))
     # (M⁺)ᵢᵢ = (S⁺)ᵢᵢ / columnᵢ for M = S·diag(column); a neutral pair's stiffness is 0.
     inverse_diagonal = jnp.where(neutral, 1.0, inverse / column)
-    stiffness = jnp.zeros_like(base).at[index, neuron].add(
-        jnp.where(mask & ~neutral, 1.0 / inverse_diagonal, 0.0))
-    return slopes, ok, stiffness
+    per_slot = jnp.where(mask & ~neutral, 1.0 / inverse_diagonal, 0.0)
+
+    def unpacked(values):  # (m, K) per neuron's slot -> (n, m) per pair, 0 off the sliding set
+        return jnp.sum(jnp.where(in_slot, values[:, :, None], 0.0), axis=1).T
+
+    slopes = base + unpacked(jnp.where(mask, delta, 0.0))
+    return slopes, ok, unpacked(per_slot)

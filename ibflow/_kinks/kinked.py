@@ -189,8 +189,10 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         # costs a batch that rarely slides many times its run time. With no slide in the batch
         # the system is skipped; a member that does not slide gets `base` from it.
         most = eqxi.unvmap_max(jnp.max(jnp.sum(sliding, axis=0)))
+        # (The smallest size ≥ most: a count, not `searchsorted`, whose loop XLA on CPU
+        # compiles at every site of the field.)
         branch = jnp.where(most == 0, 0, 1 + jnp.minimum(
-            jnp.searchsorted(jnp.asarray(sizes), most), len(sizes) - 1))
+            jnp.sum(jnp.asarray(sizes) < most), len(sizes) - 1))
         return jax.lax.switch(
             branch, [lambda: (base, jnp.array(True), jnp.zeros_like(base))]
             + [slide(rows) for rows in sizes])
