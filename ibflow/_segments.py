@@ -147,16 +147,21 @@ def _smooth_event(dynamics, stop_at, stationarity, progress):
     return dfx.Event(stop)
 
 
+def _stop_value(loss, stop_at):
+    """The loss part of a switching dynamics' event: log(L / (aim·stop_at)), crossing just
+    below the stop level; −1 (an immediate event) when the loss is not finite."""
+    return jnp.where(jnp.isfinite(loss), jnp.log(loss / (_STOP_AIM * stop_at)), -1.0)
+
+
 def _switching_event(dynamics, stop_at, stationarity):
-    """A switching dynamics' event: ``components(t, y, mode)``, the values of its loss, switch
-    and rest parts (each crossing 0 downwards where its event happens; rest is +inf without a
-    `stationarity` reference), and the one scalar Diffrax event, their minimum."""
+    """A switching dynamics' Diffrax event: one scalar, the minimum of the values of its loss,
+    switch and rest parts (each crossing 0 downwards where its event happens; rest is +inf
+    without a `stationarity` reference). At a segment's end `_switching_end` reads the same
+    parts off the transition."""
 
     def components(t, y, mode):
-        # The loss part is log(L / (aim·stop_at)), crossing just below the stop level; −1 (an
-        # immediate event) when the loss is not finite.
         loss = dynamics.loss(y)
-        stop = jnp.where(jnp.isfinite(loss), jnp.log(loss / (_STOP_AIM * stop_at)), -1.0)
+        stop = _stop_value(loss, stop_at)
         if stationarity is None:
             return stop, dynamics.event_function(t, y, mode), jnp.inf
         switch, norm = dynamics.event_and_field_norm(t, y, mode)
@@ -177,7 +182,7 @@ def _switching_event(dynamics, stop_at, stationarity):
     event = dfx.Event(scaled_event_value,
                       root_finder=IllinoisBracket(rtol=1e-14, atol=1e-12, flip=True),
                       direction=False)
-    return components, event
+    return event
 
 
 def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
@@ -190,17 +195,20 @@ def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
     return occurred & ~at_rest, at_rest
 
 
-def _switching_end(dynamics, components, sol, t, state, loss, mode, stationarity, rtol, atol,
-                   stop_at):
+def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol, stop_at):
     """How a segment of a switching dynamics ended, and the mode after it: ``(stopped,
     at_rest, switched, new_mode, counts)``."""
     # The root finder also asks |value| < atol at the root. The loss of an interpolated state
     # near a 1e-24 target carries roundoff of ~1e-4 relative (the residual is ~1e-12 of a state
     # of size 1), so log(L/stop_at) cannot get below that; the root finder then reports running
     # out of steps with the root bracketed to the last bit: still the event, with the loss
-    # within that roundoff of the target. The components once (each evaluation is a copy of the
-    # multiplier system).
-    stop_end, switch_end, rest_end = components(t, state, mode)
+    # within that roundoff of the target. The event's components at the end come with the
+    # transition's own multiplier solve (each solve is a copy of the multiplier system in the
+    # compiled program).
+    new_mode, counts = dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
+    stop_end, switch_end = _stop_value(loss, stop_at), counts.event_value
+    rest_end = jnp.inf if stationarity is None else stationarity.value(
+        counts.event_field_norm, loss)
     occurred = (sol.result == dfx.RESULTS.event_occurred) | (
         (sol.result == dfx.RESULTS.nonlinear_max_steps_reached)
         & (jnp.minimum(jnp.minimum(stop_end, switch_end), rest_end) <= _ROUNDOFF_EVENT))
@@ -212,7 +220,6 @@ def _switching_end(dynamics, components, sol, t, state, loss, mode, stationarity
                           | (loss <= stop_at))
     at_rest = occurred & ~stopped & (rest_end <= switch_end)
     switched = occurred & ~stopped & ~at_rest
-    new_mode, counts = dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
     if stationarity is not None:
         # At rest in the new mode already: its rest value starts ≤ 0 and never crosses.
         at_rest = at_rest | (switched & ~counts.degenerate & stationarity.reached(
@@ -253,7 +260,7 @@ def run_segments(
     t0, first_dt = phase.clock, phase.proposed_dt
     t_max = jnp.where(run, options.t_max, t0)
     if switching:
-        components, event = _switching_event(dynamics, stop_at, stationarity)
+        event = _switching_event(dynamics, stop_at, stationarity)
         # Behind a jit boundary, traced once for every stage of the solver (see
         # `ibflow._kinks.kinked._traced_once`: the field solves the multiplier system).
         term = dfx.ODETerm(eqx.filter_jit(dynamics.vector_field))
@@ -297,8 +304,7 @@ def run_segments(
         switched, too_many, degenerate = no, no, no
         if switching:
             stopped, at_rest, switched, new_mode, counts = _switching_end(
-                dynamics, components, sol, t, state, loss, p.mode, stationarity, rtol, atol,
-                stop_at)
+                dynamics, sol, t, state, loss, p.mode, stationarity, rtol, atol, stop_at)
             mode = _select(switched, new_mode, p.mode)
             report = logged(report, switched, counts, t, t - p.clock, mode, old_mode=p.mode)
             too_many = report.switches >= options.max_switches

@@ -240,6 +240,9 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         the sliding pairs' multipliers, which at a Clarke-stationary limit minimize the norm
         over the Clarke set: [THEORY §8.3][theory-8-3]), from one multiplier solve."""
         values, slopes, ok = self._pair_values(state, mode.positive, mode.sliding)
+        return self._event_and_norm(state, mode, values, slopes, ok)
+
+    def _event_and_norm(self, state, mode, values, slopes, ok):
         field, _ = jax.flatten_util.ravel_pytree(self.unit_speed_field(state, slopes))
         return jnp.where(ok, jnp.min(values - mode.offset), -1.0), jnp.linalg.norm(field)
 
@@ -321,10 +324,13 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         lam = jax.lax.stop_gradient(lam)
         field, _ = jax.flatten_util.ravel_pytree(self.unit_speed_field(state, lam))
         stay = along & (positive == mode.positive)  # taken along, but did not cross
+        event_value, event_field_norm = self._event_and_norm(
+            state, mode, values, jax.lax.stop_gradient(slopes), ok0)
         counters = KinkCounters(
             switches=1 + jnp.sum(along & ~stay), slides=jnp.sum(sliding & ~mode.sliding),
             exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0),
-            field_norm=jnp.linalg.norm(field))
+            field_norm=jnp.linalg.norm(field), event_value=event_value,
+            event_field_norm=event_field_norm)
         return self._with_offsets(state, positive, sliding, lam), counters
 
     def _settle(self, state, sliding, positive, along):

@@ -42,6 +42,10 @@ class KinkCounters(eqx.Module):
     - `field_norm`: the norm of the unit-speed field in the new mode (the segment loop's
       stationarity test at the next segment's start, whose event could not see a flow that
       is already at rest there).
+    - `event_value`, `event_field_norm`: the event function's value and the field's norm in
+      the *old* mode at the event (`AbstractSwitchingDynamics.event_and_field_norm`), from the
+      transition's own multiplier solve: the segment loop reads how the segment ended from
+      them (each solve is a copy of the multiplier system in the compiled program).
     """
 
     switches: Int[Array, ""]
@@ -49,6 +53,8 @@ class KinkCounters(eqx.Module):
     exits: Int[Array, ""]
     degenerate: Bool[Array, ""]
     field_norm: Float[Array, ""]
+    event_value: Float[Array, ""]
+    event_field_norm: Float[Array, ""]
 
 
 class KinkReport(eqx.Module):
