@@ -19,11 +19,14 @@ also when the bracket cannot shrink any more (adjacent floating-point numbers): 
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
 _RESULTS = optx.RESULTS
+#: `_State.kept` before the first step, which evaluates the function at the lower end.
+_UNSEEN = 2
 
 
 class _State(eqx.Module):
@@ -33,6 +36,7 @@ class _State(eqx.Module):
     g_upper: Float[Array, ""]
     error: Float[Array, ""]  # the value at the last evaluated point
     kept: Int[Array, ""]  # the endpoint kept by the last step: −1 lower, +1 upper, 0 none
+    # (`_UNSEEN` before the first step)
 
 
 class IllinoisBracket(optx.AbstractRootFinder):
@@ -56,16 +60,18 @@ class IllinoisBracket(optx.AbstractRootFinder):
         upper = jnp.asarray(options["upper"], f_struct.dtype)
         if jnp.shape(y) != () or f_struct.shape != ():
             raise ValueError("IllinoisBracket finds roots of scalar functions of a scalar.")
-        # The value at `upper` comes from the first step: Diffrax starts the search there
-        # (``y0`` = the end of the step that crossed). Until then the secant is undefined and
-        # the first step bisects.
-        g_lower = self._g(fn(lower, args)[0])
-        return _State(lower=lower, upper=upper, g_lower=g_lower,
-                      g_upper=jnp.asarray(jnp.inf, f_struct.dtype),
-                      error=jnp.asarray(jnp.inf, f_struct.dtype), kept=jnp.array(0))
+        # Nothing is evaluated here: the first step evaluates at `lower` (`_UNSEEN`), so the
+        # event function has one call site in the compiled program, not two (it solves the
+        # multiplier system, which XLA inlines at every site). The value at `upper` comes
+        # from the next step: Diffrax starts the search there (``y0`` = the end of the step
+        # that crossed). Until then the secant is undefined and the step bisects.
+        nothing = jnp.asarray(jnp.inf, f_struct.dtype)
+        return _State(lower=lower, upper=upper, g_lower=-nothing, g_upper=nothing,
+                      error=nothing, kept=jnp.array(_UNSEEN))
 
     def step(self, fn, y, args, options, state: _State, tags):
-        value, aux = fn(y, args)
+        unseen = state.kept == _UNSEEN
+        value, aux = fn(jnp.where(unseen, state.lower, y), args)
         g = self._g(value)
         to_lower = g < 0  # y replaces the lower end (the root lies above it)
         lower = jnp.where(to_lower, y, state.lower)
@@ -91,6 +97,11 @@ class IllinoisBracket(optx.AbstractRootFinder):
         new_y = jnp.where(good, secant, lower + 0.5 * width)
         new_state = _State(lower=lower, upper=upper, g_lower=g_lower, g_upper=g_upper,
                            error=value, kept=kept)
+        # The first step only records the value at `lower` and goes on to `y` (``y0``).
+        first = _State(lower=state.lower, upper=state.upper, g_lower=g, g_upper=state.g_upper,
+                       error=state.error, kept=jnp.array(0))
+        new_y, new_state = jax.tree_util.tree_map(lambda a, b: jnp.where(unseen, a, b),
+                                                  (y, first), (new_y, new_state))
         return new_y, new_state, aux
 
     def terminate(self, fn, y, args, options, state: _State, tags
@@ -98,7 +109,8 @@ class IllinoisBracket(optx.AbstractRootFinder):
         found = (jnp.abs(state.upper - state.lower) < self.atol + self.rtol * jnp.abs(y)) & (
             jnp.abs(state.error) < self.atol)
         midpoint = state.lower + 0.5 * (state.upper - state.lower)
-        collapsed = (state.kept != 0) & ((midpoint <= state.lower) | (midpoint >= state.upper))
+        collapsed = (jnp.abs(state.kept) == 1) & (
+            (midpoint <= state.lower) | (midpoint >= state.upper))
         result = _RESULTS.where(found | ~collapsed, _RESULTS.successful,
                                 _RESULTS.nonlinear_max_steps_reached)
         return found | collapsed, result
