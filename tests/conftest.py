@@ -69,7 +69,7 @@ def _release_compiled_programs():
 
 #: Test files with the longest runs (compiling flows through kinks, benchmark and notebook
 #: subprocesses), most expensive first. They are collected first, whole files at a time, so
-#: that the two workers end on short tests: at the end of a run one worker waits for whatever
+#: that the workers end on short tests: at the end of a run one worker waits for whatever
 #: the other started last, up to a 40–90 s test. (Measured on the 2-core machine, one run
 #: each: 995 s in alphabetical order, 985 s in this one; within the machine's drift.)
 HEAVY_FILES = ("test_kinks.py", "test_benchmarks_smoke.py", "test_engine.py", "test_sweep.py",
