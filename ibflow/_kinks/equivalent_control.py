@@ -107,11 +107,11 @@ def equivalent_control(
     """
     n, m = base.shape
     counts = jnp.sum(sliding, axis=0)  # (m,)
-    # Each neuron's sliding examples packed first, in order (the others 0, masked): a scatter
-    # to the running count, not a sort (XLA's sort on CPU is slow enough to dominate a digits
-    # run, where this packing runs at every field evaluation).
-    # Gathers and comparisons only: XLA on CPU compiles a scatter as a while loop (see
-    # `_regular`).
+    # Each neuron's sliding examples packed first, in order (the others 0, masked): each
+    # pair's slot is its running count, compared with the slots, and unpacked by a masked sum
+    # (`unpacked`). Neither a sort (XLA's sort on CPU is slow enough to dominate a digits run,
+    # where this packing runs at every field evaluation) nor a scatter (XLA on CPU compiles
+    # each as a while loop, and this solve is inlined at every site that evaluates the field).
     slot = jnp.where(sliding, jnp.cumsum(sliding, axis=0) - 1, max_rows)  # (n, m)
     neuron = jnp.arange(m)[:, None]
     in_slot = slot.T[:, None, :] == jnp.arange(max_rows)[None, :, None]  # (m, K, n)
