@@ -7,13 +7,14 @@ n × n matrix per member) and iteration counts differ (3 on average, up to 11, a
 Figure 7.1 grid), that lockstep doubles the batch's work.
 
 `compacting_while_loop` is ``lax.while_loop`` for one member. Under ``vmap`` (a
-`jax.custom_batching.custom_vmap` rule) the batch runs together while more than a quarter of
-its members are still running; then those members are gathered into a batch of a quarter of the
-size, which runs on (and compacts again while the quarter has at least `MIN_BATCH` members), and
+`jax.custom_batching.custom_vmap` rule) the batch runs together while more than half of its
+members are still running (`SHRINK`); then those members are gathered into a batch of half the
+size, which runs on (and compacts again while the half has at least `MIN_BATCH` members), and
 the results are scattered back. Every member takes exactly the iterations it takes alone; its
 values are the plain loop's up to the round-off of batch-size-dependent kernels (a matrix
 product may be blocked differently for 100 members than for 25). Each level compiles one more
-copy of the loop body: two for a batch of 100, four for 2 048.
+copy of the loop body: three for a batch of 100 (100, 50, 25), four for 2 048 (down to 256,
+`MAX_COMPACTIONS`).
 
 Why not the sweep's two passes (`ibflow._sweep.executor`): those restart a straggler from the
 start, which costs a whole solve; here it continues from where it is.
@@ -27,11 +28,18 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
-#: A batch compacts to a quarter of its size once no more than that many members run.
-SHRINK = 4
+#: A batch compacts to a half of its size once no more than that many members run. (A quarter
+#: compiles one level fewer, but on the Figure 7.1 grid its first level runs 4 iterations of all
+#: 100 members where half runs 2 of 100 and 2 of 50: 450 member iterations against 350, for 296
+#: needed; the default sweep is ~15 % faster, benchmarks/results/work_precision.md.)
+SHRINK = 2
 #: A batch does not compact into one smaller than this: it runs in lockstep to the end (each
 #: level compiles one more copy of the loop body, and a small batch saves little).
 MIN_BATCH = 16
+#: At most this many compactions (each compiles one more copy of the loop body): after them the
+#: batch runs in lockstep to the end. Halving from 2 048 stops at 256 members; quartering
+#: reached 32 with as many copies.
+MAX_COMPACTIONS = 3
 
 
 def compacting_while_loop(cond: Callable[[Any, Any], Any], body: Callable[[Any, Any], Any],
@@ -54,23 +62,25 @@ def compacting_while_loop(cond: Callable[[Any, Any], Any], body: Callable[[Any, 
         state = jax.tree_util.tree_map(
             lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))),
             state, state_batched)
-        out = _compacted(cond, body, static, arrays_batched, arrays, state, axis_size)
+        out = _compacted(cond, body, static, arrays_batched, arrays, state, axis_size,
+                         MAX_COMPACTIONS)
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
     return run(arrays, init)
 
 
-def _compacted(cond, body, static, batched, arrays, state, size):
+def _compacted(cond, body, static, batched, arrays, state, size, compactions):
     """Run the batch `state` (every leaf batched, `size` members) to the end: in lockstep while
-    more than ``size / SHRINK`` members run, then the rest as a smaller batch (recursively).
-    `batched`: which leaves of `arrays` carry the member axis."""
+    more than ``size / SHRINK`` members run, then the rest as a smaller batch (recursively, at
+    most `compactions` more times). `batched`: which leaves of `arrays` carry the member
+    axis."""
     axes = jax.tree_util.tree_map(lambda b: 0 if b else None, batched)
 
     def vmapped(fn):
         return jax.vmap(lambda a, s: fn(eqx.combine(a, static), s), in_axes=(axes, 0))
 
     small = -(-size // SHRINK)
-    if small < MIN_BATCH:
+    if small < MIN_BATCH or compactions == 0:
         return vmapped(lambda ops, s: jax.lax.while_loop(lambda t: cond(ops, t),
                                                          lambda t: body(ops, t), s))(
             arrays, state)
@@ -94,5 +104,5 @@ def _compacted(cond, body, static, batched, arrays, state, size):
     index = jnp.argsort(~running(state), stable=True)[:small]
     take = jax.tree_util.tree_map(lambda x, b: x[index] if b else x, arrays, batched)
     rest = _compacted(cond, body, static, batched, take,
-                      jax.tree_util.tree_map(lambda x: x[index], state), small)
+                      jax.tree_util.tree_map(lambda x: x[index], state), small, compactions - 1)
     return jax.tree_util.tree_map(lambda x, r: x.at[index].set(r), state, rest)

@@ -33,20 +33,25 @@ class CostOrder(AbstractOrder):
     def __call__(self, build, params, size):
         if not params:
             return np.arange(size)
-        # Abstract probe and one compiled cost program: op-by-op evaluation of `build` would
-        # compile each of its primitives separately (most of a first call on the Figure 7.1 grid).
-        # numpy, not jnp.asarray: that compiles a conversion program per shape.
-        probe = eqx.filter_eval_shape(build, **{k: np.asarray(v[0]) for k, v in params.items()})
-        if not isinstance(probe, AbstractCostEstimate):
-            return np.arange(size)
+        # One compiled cost program, which answers None for models without the capability
+        # (decided while tracing, once per build: no abstract probe per call). Op-by-op
+        # evaluation of `build` would compile each of its primitives separately (most of a
+        # first call on the Figure 7.1 grid). numpy, not jnp.asarray: that compiles a
+        # conversion program per shape.
         with _checks.traced_errors_as_nan():  # no host callback: cacheable across processes
             cost = _costs(build, {k: np.asarray(v) for k, v in params.items()})
+        if cost is None:
+            return np.arange(size)
         return np.argsort(-np.asarray(cost), kind="stable")
 
 
 @eqx.filter_jit
-def _costs(build: Callable, params: dict) -> Float[Array, " m"]:
-    """Every member's `estimated_cost`, vmapped over the members' `build` arguments."""
+def _costs(build: Callable, params: dict) -> Float[Array, " m"] | None:
+    """Every member's `estimated_cost`, vmapped over the members' `build` arguments; None where
+    the models have no `AbstractCostEstimate`."""
+    probe = eqx.filter_eval_shape(build, **{k: v[0] for k, v in params.items()})
+    if not isinstance(probe, AbstractCostEstimate):
+        return None
     return jax.vmap(lambda p: build(**p).estimated_cost())(params)
 
 

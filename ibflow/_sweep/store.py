@@ -20,6 +20,7 @@ writes a directory: a second run fails at once, naming the directory.
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -97,7 +98,10 @@ def fingerprint(*arrays) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.cache
 def git_commit() -> str | None:
+    """The commit of ibflow's checkout, or None (not a git checkout, or no git). Read once per
+    process: the code a process runs is what it imported."""
     try:
         here = Path(__file__).resolve().parent
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
