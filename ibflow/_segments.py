@@ -305,8 +305,14 @@ def run_segments(
         if switching:
             stopped, at_rest, switched, new_mode, counts = _switching_end(
                 dynamics, sol, t, state, loss, p.mode, stationarity, rtol, atol, stop_at)
-            mode = _select(switched, new_mode, p.mode)
-            report = logged(report, switched, counts, t, t - p.clock, mode, old_mode=p.mode)
+            # A switch due where the run stops at its loss level (the same event): the next
+            # phase (the explicit phase hands over to its tail there) starts in the new mode.
+            # In the old one its event function would start at or below 0 and, seeing only
+            # down-crossings, never fire again: a ReLU student whose crossing coincided with
+            # the hand-over crept on the wrong slope until its budget ran out.
+            due = switched | (stopped & (counts.event_value <= 0) & ~counts.degenerate)
+            mode = _select(due, new_mode, p.mode)
+            report = logged(report, due, counts, t, t - p.clock, mode, old_mode=p.mode)
             too_many = report.switches >= options.max_switches
             degenerate = counts.degenerate
             if progress is not None:

@@ -4,6 +4,7 @@ their whole step budget. References, independent of ibflow: the minimal-norm Cla
 gradient from a bounded least-squares solve (scipy), and plain gradient descent with step halving
 (its limit loss, and its end points closing in on the flow's)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,3 +109,32 @@ def test_interpolating_relu_student_still_converges(k):
     W, a = np.asarray(sol.model.first), np.asarray(sol.model.second)
     loss = 0.5 * np.mean((np.maximum(X @ W.T, 0) @ a - y) ** 2)
     assert loss <= 1e-24 * 0.5 * np.mean(y**2), loss
+
+
+def test_crossing_at_the_tails_hand_over_is_taken():
+    """Student 195 of `benchmarks/students.py`, built under ``jit`` (as a sweep builds it: one
+    weight differs by an ulp from the eager build). Its explicit phase reaches the loss where
+    the implicit tail takes over at the very event where a pair crosses its kink (t = 22.34).
+    The run used to stop there without the switch, and the tail, started in the old mode with
+    its event value below 0, never saw an event again: it crept on the wrong slope to its
+    budget (`budget_exhausted` at 100 000 steps). The loss is recomputed here from the end
+    point; the limit is the eager build's, reached along another path."""
+    rng = np.random.default_rng(900 + 195)
+    X = rng.standard_normal((10, 5))
+    y = np.maximum(X @ rng.standard_normal((3, 5)).T, 0) @ np.array([1.0, -1.0, 1.0])
+
+    def build(k):
+        return ibflow.TwoLayerNet.from_scale_shape(1.0, 0.5, dim=5, width=10,
+                                                   activation=ibflow.ReLU(),
+                                                   key=jax.random.key(k))
+
+    ends = []
+    for model in (eqx.filter_jit(build)(jnp.asarray(195)), build(195)):
+        sol = ibflow.integrate(model, X, y, throw=False)
+        assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
+        assert int(sol.steps) < 5000
+        W, a = np.asarray(sol.model.first), np.asarray(sol.model.second)
+        loss = 0.5 * np.mean((np.maximum(X @ W.T, 0) @ a - y) ** 2)
+        assert loss <= 1e-24 * 0.5 * np.mean(y**2), loss
+        ends.append(np.concatenate([W.ravel(), a]))
+    assert np.linalg.norm(ends[0] - ends[1]) <= 1e-9 * np.linalg.norm(ends[1])
