@@ -103,12 +103,19 @@ def test_interpolating_relu_student_still_converges(k):
     output at −1e-11 and the loss at 6× its target; the flow then chattered to
     `solver_failed`. The loss is recomputed here from the end point."""
     model, X, y = _student(k)
+    _converged_end(model, X, y)
+
+
+def _converged_end(model, X, y):
+    """Integrate `model`; assert it converged in under 5 000 steps, with the loss recomputed
+    from the end point at most the default target. Returns the end point's (W, a), flat."""
     sol = ibflow.integrate(model, X, y, throw=False)
     assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
     assert int(sol.steps) < 5000
     W, a = np.asarray(sol.model.first), np.asarray(sol.model.second)
     loss = 0.5 * np.mean((np.maximum(X @ W.T, 0) @ a - y) ** 2)
     assert loss <= 1e-24 * 0.5 * np.mean(y**2), loss
+    return np.concatenate([W.ravel(), a])
 
 
 def test_crossing_at_the_tails_hand_over_is_taken():
@@ -128,13 +135,6 @@ def test_crossing_at_the_tails_hand_over_is_taken():
                                                    activation=ibflow.ReLU(),
                                                    key=jax.random.key(k))
 
-    ends = []
-    for model in (eqx.filter_jit(build)(jnp.asarray(195)), build(195)):
-        sol = ibflow.integrate(model, X, y, throw=False)
-        assert sol.status == ibflow.Status.converged, ibflow.Status[sol.status]
-        assert int(sol.steps) < 5000
-        W, a = np.asarray(sol.model.first), np.asarray(sol.model.second)
-        loss = 0.5 * np.mean((np.maximum(X @ W.T, 0) @ a - y) ** 2)
-        assert loss <= 1e-24 * 0.5 * np.mean(y**2), loss
-        ends.append(np.concatenate([W.ravel(), a]))
+    ends = [_converged_end(m, X, y) for m in (eqx.filter_jit(build)(jnp.asarray(195)),
+                                                build(195))]
     assert np.linalg.norm(ends[0] - ends[1]) <= 1e-9 * np.linalg.norm(ends[1])
