@@ -126,15 +126,9 @@ def test_crossing_at_the_tails_hand_over_is_taken():
     its event value below 0, never saw an event again: it crept on the wrong slope to its
     budget (`budget_exhausted` at 100 000 steps). The loss is recomputed here from the end
     point; the limit is the eager build's, reached along another path."""
-    rng = np.random.default_rng(900 + 195)
-    X = rng.standard_normal((10, 5))
-    y = np.maximum(X @ rng.standard_normal((3, 5)).T, 0) @ np.array([1.0, -1.0, 1.0])
-
-    def build(k):
-        return ibflow.TwoLayerNet.from_scale_shape(1.0, 0.5, dim=5, width=10,
-                                                   activation=ibflow.ReLU(),
-                                                   key=jax.random.key(k))
-
-    ends = [_converged_end(m, X, y) for m in (eqx.filter_jit(build)(jnp.asarray(195)),
-                                                build(195))]
+    eager, X, y = _student(195)
+    traced = eqx.filter_jit(lambda k: ibflow.TwoLayerNet.from_scale_shape(
+        1.0, 0.5, dim=5, width=10, activation=ibflow.ReLU(), key=jax.random.key(k)))(
+        jnp.asarray(195))
+    ends = [_converged_end(m, X, y) for m in (traced, eager)]
     assert np.linalg.norm(ends[0] - ends[1]) <= 1e-9 * np.linalg.norm(ends[1])
