@@ -196,8 +196,8 @@ def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
 
 
 def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol, stop_at):
-    """How a segment of a switching dynamics ended, and the mode after it: ``(stopped,
-    at_rest, switched, new_mode, counts)``."""
+    """How a segment of a switching dynamics ended, and the state and mode after it:
+    ``(stopped, at_rest, switched, new_state, new_mode, counts)``."""
     # The root finder also asks |value| < atol at the root. The loss of an interpolated state
     # near a 1e-24 target carries roundoff of ~1e-4 relative (the residual is ~1e-12 of a state
     # of size 1), so log(L/stop_at) cannot get below that; the root finder then reports running
@@ -205,7 +205,7 @@ def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol
     # within that roundoff of the target. The event's components at the end come with the
     # transition's own multiplier solve (each solve is a copy of the multiplier system in the
     # compiled program).
-    new_mode, counts = dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
+    new_state, new_mode, counts = dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
     stop_end, switch_end = _stop_value(loss, stop_at), counts.event_value
     rest_end = jnp.inf if stationarity is None else stationarity.value(
         counts.event_field_norm, loss)
@@ -225,7 +225,7 @@ def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol
         at_rest = at_rest | (switched & ~counts.degenerate & stationarity.reached(
             counts.field_norm, loss))
         switched = switched & ~at_rest
-    return stopped, at_rest, switched, new_mode, counts
+    return stopped, at_rest, switched, new_state, new_mode, counts
 
 
 def run_segments(
@@ -303,7 +303,7 @@ def run_segments(
         mode, report, no = p.mode, p.report, jnp.array(False)
         switched, too_many, degenerate = no, no, no
         if switching:
-            stopped, at_rest, switched, new_mode, counts = _switching_end(
+            stopped, at_rest, switched, new_state, new_mode, counts = _switching_end(
                 dynamics, sol, t, state, loss, p.mode, stationarity, rtol, atol, stop_at)
             # A switch due where the run stops at its loss level (the same event): the next
             # phase (the explicit phase hands over to its tail there) starts in the new mode.
@@ -312,6 +312,8 @@ def run_segments(
             # the hand-over crept on the wrong slope until its budget ran out.
             due = switched | (stopped & (counts.event_value <= 0) & ~counts.degenerate)
             mode = _select(due, new_mode, p.mode)
+            # (Where the run stops, its state stays the one whose loss reached the level.)
+            state = _select(switched, new_state, state)
             report = logged(report, due, counts, t, t - p.clock, mode, old_mode=p.mode)
             too_many = report.switches >= options.max_switches
             degenerate = counts.degenerate

@@ -132,3 +132,21 @@ def test_crossing_at_the_tails_hand_over_is_taken():
         jnp.asarray(195))
     ends = [_converged_end(m, X, y) for m in (traced, eager)]
     assert np.linalg.norm(ends[0] - ends[1]) <= 1e-9 * np.linalg.norm(ends[1])
+
+
+def test_sliding_pair_located_off_its_kink_is_put_on_it():
+    """Student 80 of `benchmarks/students.py`: late in its flow, pair (1, 1) approaches its kink
+    tangentially (its ż vanishes with z: neuron 1 alone carries example 1's residual). The event
+    was located at z = 2.5e-9, the pair slid there with its slope at 0, and example 1's output
+    kept ``a₁·z = −1.4e-9`` while the mode's field was at round-off: the loss froze at 9e-20 and
+    round-off events spent the switch budget (`unresolved_switching`). The transition now puts
+    sliding pairs on their kinks. The loss is recomputed from the end point; GD's end points
+    close in on the flow's limit as its step halves (kinks spoil a clean O(η), so the
+    distances, not a Richardson extrapolation, are the check)."""
+    model, X, y = _student(80)
+    end = _converged_end(model, X, y)
+    W = end[:model.first.size].reshape(model.first.shape)
+    distances = [np.linalg.norm(_gd(model, X, y, eta, int(400 / eta))[0] - W)
+                 for eta in (2.5e-3, 1.25e-3, 6.25e-4)]
+    assert distances[0] > 1.5 * distances[1] > 1.5**2 * distances[2], distances
+    assert distances[2] <= 5e-4 * np.linalg.norm(W), distances

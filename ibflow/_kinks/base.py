@@ -36,7 +36,9 @@ class AbstractSwitchingDynamics(AbstractDynamics):
 
     @abc.abstractmethod
     def transition(self, t, state: PyTree[Array], mode: Mode, *, rtol=None, atol=None
-                   ) -> tuple[Mode, KinkCounters]:
-        """The mode after the event at ``(t, state)`` and the counts of what happened (with
-        `event_and_field_norm` in ``mode`` at the event); `rtol` and `atol` are the solve's
-        tolerances (None: switch only what the event located)."""
+                   ) -> tuple[PyTree[Array], Mode, KinkCounters]:
+        """The state to continue from (`state`, or `state` put exactly on the switching
+        surfaces it slides on, where the event was located off them), the mode after the event
+        at ``(t, state)`` and the counts of what happened (with `event_and_field_norm` in
+        ``mode`` at the event); `rtol` and `atol` are the solve's tolerances (None: switch
+        only what the event located)."""

@@ -3,6 +3,7 @@
 
 from collections.abc import Callable
 
+import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
@@ -57,6 +58,36 @@ def _least_squares(system, rhs):
     return u, diagonal, neutral
 
 
+class Packing(eqx.Module):
+    """Each neuron's marked examples packed first, in order, into `K` slots: ``index`` (m, K)
+    the example in each slot (0 where none), ``mask`` (m, K) the slots in use, ``neuron``
+    (m, 1) the neurons' indices, ``in_slot`` (m, K, n) which example each slot holds.
+
+    Each pair's slot is its running count, compared with the slots, and unpacked by a masked
+    sum (`unpacked`). Neither a sort (XLA's sort on CPU is slow enough to dominate a digits
+    run, where this packing runs at every field evaluation) nor a scatter (XLA on CPU compiles
+    each as a while loop, and the multiplier solve is inlined at every site that evaluates the
+    field)."""
+
+    index: Int[Array, "m K"]
+    mask: Bool[Array, "m K"]
+    neuron: Int[Array, "m 1"]
+    in_slot: Bool[Array, "m K n"]
+
+    @classmethod
+    def of(cls, marked: Bool[Array, "n m"], slots: int) -> "Packing":
+        n, m = marked.shape
+        slot = jnp.where(marked, jnp.cumsum(marked, axis=0) - 1, slots)  # (n, m)
+        in_slot = slot.T[:, None, :] == jnp.arange(slots)[None, :, None]  # (m, K, n)
+        mask = jnp.arange(slots)[None, :] < jnp.sum(marked, axis=0)[:, None]
+        return cls(index=jnp.argmax(in_slot, axis=-1), mask=mask,
+                   neuron=jnp.arange(m)[:, None], in_slot=in_slot)
+
+    def unpacked(self, values: Float[Array, "m K"]) -> Float[Array, "n m"]:
+        """Per-slot values back to their pairs (0 off the marked set)."""
+        return jnp.sum(jnp.where(self.in_slot, values[:, :, None], 0.0), axis=1).T
+
+
 def linear_response(
     zdot: Callable[[Float[Array, "n m"]], Float[Array, "n m"]], base: Float[Array, "n m"],
     index: Int[Array, "m K"], mask: Bool[Array, "m K"],
@@ -107,16 +138,8 @@ def equivalent_control(
     """
     n, m = base.shape
     counts = jnp.sum(sliding, axis=0)  # (m,)
-    # Each neuron's sliding examples packed first, in order (the others 0, masked): each
-    # pair's slot is its running count, compared with the slots, and unpacked by a masked sum
-    # (`unpacked`). Neither a sort (XLA's sort on CPU is slow enough to dominate a digits run,
-    # where this packing runs at every field evaluation) nor a scatter (XLA on CPU compiles
-    # each as a while loop, and this solve is inlined at every site that evaluates the field).
-    slot = jnp.where(sliding, jnp.cumsum(sliding, axis=0) - 1, max_rows)  # (n, m)
-    neuron = jnp.arange(m)[:, None]
-    in_slot = slot.T[:, None, :] == jnp.arange(max_rows)[None, :, None]  # (m, K, n)
-    index = jnp.argmax(in_slot, axis=-1)  # (m, K): the example in each slot (0 where none)
-    mask = jnp.arange(max_rows)[None, :] < counts[:, None]  # (m, K)
+    packing = Packing.of(sliding, max_rows)
+    index, mask, neuron = packing.index, packing.mask, packing.neuron
     zdot0, matrix = response(index, mask)  # (n, m), (m, K_i, K_l)
     eye = jnp.eye(mask.shape[1], dtype=base.dtype)
     pairs = mask[:, :, None] & mask[:, None, :]
@@ -173,8 +196,39 @@ def equivalent_control(
     inverse_diagonal = jnp.where(neutral, 1.0, inverse / column)
     per_slot = jnp.where(mask & ~neutral, 1.0 / inverse_diagonal, 0.0)
 
-    def unpacked(values):  # (m, K) per neuron's slot -> (n, m) per pair, 0 off the sliding set
-        return jnp.sum(jnp.where(in_slot, values[:, :, None], 0.0), axis=1).T
+    slopes = base + packing.unpacked(jnp.where(mask, delta, 0.0))
+    return slopes, ok, packing.unpacked(per_slot)
 
-    slopes = base + unpacked(jnp.where(mask, delta, 0.0))
-    return slopes, ok, unpacked(per_slot)
+
+def onto_kinks(preactivations: Callable, state, sliding: Bool[Array, "n m"],
+               onto: Bool[Array, "n m"], max_rows: int):
+    """`state` moved the least (in its own coordinates) that puts the sliding pre-activations
+    marked `onto` at 0 and leaves the other sliding ones where they are: one Gauss–Newton step
+    on ``z_S(θ) = z_S⁰ ∘ [not onto]``, ``θ ← θ − J_Sᵀ (J_S J_Sᵀ)⁺ (z_S ∘ [onto])`` (exact where
+    ``z`` is linear in the state, as for every two-layer model). Neuron k's
+    pre-activations depend only on neuron k's parameters, so ``J_S J_Sᵀ`` splits per neuron
+    like the multiplier system (`linear_response` over the sliding examples, at most
+    `max_rows` per neuron; the minimal-norm solution where examples repeat).
+
+    Why: a segment's event is located to ``|z| ≲ 1e-8`` (the root finder's tolerance on the
+    scaled event), and a pair that approaches its kink tangentially (its ż vanishing with z,
+    as where the flow drives an example's residual to 0 through one neuron) can be taken into
+    the sliding set that far from it. Sliding keeps ż = 0, so the offset stays, and the
+    output the slope-free value ``σ(z) ≠ 0`` gives disagrees with the mode's slope: ReLU
+    student 80 of benchmarks/students.py froze at a loss of 9e-20, its mode's field at
+    round-off, and spent its switch budget on round-off events. The shift is held constant
+    under differentiation (it is at most the event's tolerance)."""
+    fixed = jax.lax.stop_gradient(state)
+    z, pullback = jax.vjp(preactivations, fixed)
+    packing = Packing.of(sliding, max_rows)
+
+    def gram(v):  # J Jᵀ v
+        return jax.jvp(preactivations, (fixed,), pullback(v))[1]
+
+    _, matrix = linear_response(gram, jnp.zeros_like(z), packing.index, packing.mask)
+    pairs = packing.mask[:, :, None] & packing.mask[:, None, :]
+    system = jnp.where(pairs, matrix, jnp.eye(max_rows, dtype=z.dtype))
+    rhs = jnp.where(packing.mask, -jnp.where(onto, z, 0.0)[packing.index, packing.neuron], 0.0)
+    mu, _, _ = _least_squares(system, rhs)
+    shift = pullback(packing.unpacked(jnp.where(packing.mask, mu, 0.0)))[0]
+    return jax.tree_util.tree_map(jnp.add, state, shift)
