@@ -35,7 +35,7 @@ from ._segments import DEFAULT_MAX_SWITCHES, field_norm, observe_saved, run_segm
 from ._solution import Solution, Trajectory, observation, with_predictor
 from ._status import Status
 from ._tail.base import AbstractTail
-from ._tail.chord import StructuredChord
+from ._tail.chord import StructuredChord, with_structured_chord
 from ._tail.stiffness import STIFF_CEILING, StiffnessWatch
 
 
@@ -105,7 +105,7 @@ def _with_structured_root_finder(solver, dynamics):
         return solver
     chord = StructuredChord(dynamics=dynamics, rtol=root_finder.rtol, atol=root_finder.atol,
                             norm=root_finder.norm, kappa=root_finder.kappa)
-    return eqx.tree_at(lambda s: s.root_finder, solver, chord)
+    return with_structured_chord(solver, chord)
 
 
 def _observe(dynamics):
