@@ -147,15 +147,29 @@ def _check_model(model, X):
 
 
 def _output_shape(model, x):
-    """The shape of ``model(x)`` for one example ``x`` (a shape-dtype struct), by tracing."""
-    return jax.eval_shape(lambda m, a: m(a), model, x).shape
+    """The shape of ``model(x)`` for one example ``x`` (a shape-dtype struct), by tracing.
+    (`_apply` and `_predictor` are jitted once, so JAX's own cache keeps each trace per model
+    structure and shapes: 40 µs a call after the first. ``jax.eval_shape`` of a new lambda
+    traced at every call, ~0.3 ms each, which made `integrate`'s own overhead 30–40 % of a
+    sliding leaky neuron's solve at rtol 1e-6 in benchmarks/kinks.py.)"""
+    return _apply.eval_shape(model, x).shape
 
 
 def _predictor_shape(model):
     """The shape of ``model.predictor()`` for predictor models, else None."""
     if not isinstance(model, AbstractPredictorModel):
         return None
-    return jax.eval_shape(lambda m: m.predictor(), model).shape
+    return _predictor.eval_shape(model).shape
+
+
+@jax.jit
+def _apply(model, x):
+    return model(x)
+
+
+@jax.jit
+def _predictor(model):
+    return model.predictor()
 
 
 def _output_scale(model, X):
