@@ -150,8 +150,8 @@ def _output_shape(model, x):
     """The shape of ``model(x)`` for one example ``x`` (a shape-dtype struct), by tracing.
     (`_apply` and `_predictor` are jitted once, so JAX's own cache keeps each trace per model
     structure and shapes: 40 µs a call after the first. ``jax.eval_shape`` of a new lambda
-    traced at every call, ~0.3 ms each, which made `integrate`'s own overhead 30–40 % of a
-    sliding leaky neuron's solve at rtol 1e-6 in benchmarks/kinks.py.)"""
+    traced at every call, ~0.3 ms each, which made a sliding leaky neuron's solve at rtol 1e-6
+    in benchmarks/kinks.py 35–50 % slower.)"""
     return _apply.eval_shape(model, x).shape
 
 

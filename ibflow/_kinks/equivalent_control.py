@@ -60,8 +60,8 @@ def _least_squares(system, rhs):
 
 class Packing(eqx.Module):
     """Each neuron's marked examples packed first, in order, into `K` slots: ``index`` (m, K)
-    the example in each slot (0 where none), ``mask`` (m, K) the slots in use, ``neuron``
-    (m, 1) the neurons' indices, ``in_slot`` (m, K, n) which example each slot holds.
+    the example in each slot (0 where none), ``mask`` (m, K) the slots in use, ``in_slot``
+    (m, K, n) which example each slot holds; ``neuron`` (m, 1) the neurons' indices.
 
     Each pair's slot is its running count, compared with the slots, and unpacked by a masked
     sum (`unpacked`). Neither a sort (XLA's sort on CPU is slow enough to dominate a digits
@@ -71,17 +71,18 @@ class Packing(eqx.Module):
 
     index: Int[Array, "m K"]
     mask: Bool[Array, "m K"]
-    neuron: Int[Array, "m 1"]
     in_slot: Bool[Array, "m K n"]
 
     @classmethod
     def of(cls, marked: Bool[Array, "n m"], slots: int) -> "Packing":
-        n, m = marked.shape
         slot = jnp.where(marked, jnp.cumsum(marked, axis=0) - 1, slots)  # (n, m)
         in_slot = slot.T[:, None, :] == jnp.arange(slots)[None, :, None]  # (m, K, n)
         mask = jnp.arange(slots)[None, :] < jnp.sum(marked, axis=0)[:, None]
-        return cls(index=jnp.argmax(in_slot, axis=-1), mask=mask,
-                   neuron=jnp.arange(m)[:, None], in_slot=in_slot)
+        return cls(index=jnp.argmax(in_slot, axis=-1), mask=mask, in_slot=in_slot)
+
+    @property
+    def neuron(self) -> Int[Array, "m 1"]:
+        return jnp.arange(self.index.shape[0])[:, None]
 
     def unpacked(self, values: Float[Array, "m K"]) -> Float[Array, "n m"]:
         """Per-slot values back to their pairs (0 off the marked set)."""
@@ -136,7 +137,6 @@ def equivalent_control(
     the pair's ż responds to no slope, as for x = 0, so any slope keeps it at its kink).
     Zero off the sliding set.
     """
-    n, m = base.shape
     counts = jnp.sum(sliding, axis=0)  # (m,)
     packing = Packing.of(sliding, max_rows)
     index, mask, neuron = packing.index, packing.mask, packing.neuron

@@ -14,7 +14,7 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, PyTree
 
 from .._tail.jacobian import gated
 from .base import AbstractSwitchingDynamics
@@ -296,7 +296,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         return (tau <= bound) & closing
 
     def transition(self, t, state, mode: Mode, *, rtol=None, atol=None
-                   ) -> tuple[object, Mode, KinkCounters]:
+                   ) -> tuple[PyTree[Array], Mode, KinkCounters]:
         """Handle the pair whose event value reached 0 first (and, given the solve's `rtol`
         and `atol`, the free pairs about to reach their kinks within the error of one
         accepted step: `_imminent`).
@@ -343,13 +343,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0),
             field_norm=jnp.linalg.norm(field), event_value=event_value,
             event_field_norm=event_field_norm)
-        state = self._onto_kinks(state, sliding)
+        state = self._onto_kinks(state, z, sliding)
         return state, self._with_offsets(state, positive, sliding, lam), counters
 
-    def _onto_kinks(self, state, sliding):
-        """`onto_kinks` where a sliding pair is off its kink by more than round-off and at most
-        `_LOCATED` (a branch: rare, and the only site of its system)."""
-        z = jnp.abs(self.preactivations(state))
+    def _onto_kinks(self, state, z, sliding):
+        """`onto_kinks` where a sliding pair is off its kink (`z`: the pre-activations at
+        `state`) by more than round-off and at most `_LOCATED` (a branch: rare, and the only
+        site of its system)."""
+        z = jnp.abs(z)
         off = sliding & (z > _ON_KINK * jnp.max(z)) & (z <= _LOCATED)
         return jax.lax.cond(
             eqxi.unvmap_any(jnp.any(off)),

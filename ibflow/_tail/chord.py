@@ -137,6 +137,5 @@ def _marking_placeholders(cls):
 def with_structured_chord(solver, chord: StructuredChord):
     """`solver` (a Diffrax implicit Runge–Kutta method) with `chord` as its root finder, and
     without the placeholder Jacobian of each step (`StructuredChord.init`)."""
-    solver = eqx.tree_at(lambda s: s.root_finder, solver, chord)
-    return _marking_placeholders(type(solver))(**{
-        f.name: getattr(solver, f.name) for f in dataclasses.fields(solver) if f.init})
+    fields = {f.name: getattr(solver, f.name) for f in dataclasses.fields(solver) if f.init}
+    return _marking_placeholders(type(solver))(**(fields | {"root_finder": chord}))
