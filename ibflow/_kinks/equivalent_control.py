@@ -200,15 +200,16 @@ def equivalent_control(
     return slopes, ok, packing.unpacked(per_slot)
 
 
-def onto_kinks(preactivations: Callable, state, sliding: Bool[Array, "n m"],
+def kink_shift(preactivations: Callable, state, held: Bool[Array, "n m"],
                onto: Bool[Array, "n m"], max_rows: int):
-    """`state` moved the least (in its own coordinates) that puts the sliding pre-activations
-    marked `onto` at 0 and leaves the other sliding ones where they are: one Gauss–Newton step
-    on ``z_S(θ) = z_S⁰ ∘ [not onto]``, ``θ ← θ − J_Sᵀ (J_S J_Sᵀ)⁺ (z_S ∘ [onto])`` (exact where
+    """The least move of `state` (in its own coordinates) that puts the pre-activations
+    marked `onto` at 0 and leaves the other `held` ones where they are: one Gauss–Newton step
+    on ``z_H(θ) = z_H⁰ ∘ [not onto]``, ``δθ = −J_Hᵀ (J_H J_Hᵀ)⁺ (z_H ∘ [onto])`` (exact where
     ``z`` is linear in the state, as for every two-layer model). Neuron k's
-    pre-activations depend only on neuron k's parameters, so ``J_S J_Sᵀ`` splits per neuron
-    like the multiplier system (`linear_response` over the sliding examples, at most
-    `max_rows` per neuron; the minimal-norm solution where examples repeat).
+    pre-activations depend only on neuron k's parameters, so ``J_H J_Hᵀ`` splits per neuron
+    like the multiplier system (`linear_response` over the held examples, at most
+    `max_rows` per neuron; the minimal-norm solution where examples repeat). Returns ``δθ``
+    (held constant under differentiation: it is at most an event's tolerance).
 
     Why: a segment's event is located to ``|z| ≲ 1e-8`` (the root finder's tolerance on the
     scaled event), and a pair that approaches its kink tangentially (its ż vanishing with z,
@@ -216,11 +217,10 @@ def onto_kinks(preactivations: Callable, state, sliding: Bool[Array, "n m"],
     the sliding set that far from it. Sliding keeps ż = 0, so the offset stays, and the
     output the slope-free value ``σ(z) ≠ 0`` gives disagrees with the mode's slope: ReLU
     student 80 of benchmarks/students.py froze at a loss of 9e-20, its mode's field at
-    round-off, and spent its switch budget on round-off events. The shift is held constant
-    under differentiation (it is at most the event's tolerance)."""
+    round-off, and spent its switch budget on round-off events."""
     fixed = jax.lax.stop_gradient(state)
     z, pullback = jax.vjp(preactivations, fixed)
-    packing = Packing.of(sliding, max_rows)
+    packing = Packing.of(held, max_rows)
 
     def gram(v):  # J Jᵀ v
         return jax.jvp(preactivations, (fixed,), pullback(v))[1]
@@ -230,5 +230,4 @@ def onto_kinks(preactivations: Callable, state, sliding: Bool[Array, "n m"],
     system = jnp.where(pairs, matrix, jnp.eye(max_rows, dtype=z.dtype))
     rhs = jnp.where(packing.mask, -jnp.where(onto, z, 0.0)[packing.index, packing.neuron], 0.0)
     mu, _, _ = _least_squares(system, rhs)
-    shift = pullback(packing.unpacked(jnp.where(packing.mask, mu, 0.0)))[0]
-    return jax.tree_util.tree_map(jnp.add, state, shift)
+    return pullback(packing.unpacked(jnp.where(packing.mask, mu, 0.0)))[0]

@@ -18,7 +18,7 @@ from jaxtyping import Array, Bool, Float, PyTree
 
 from .._tail.jacobian import gated
 from .base import AbstractSwitchingDynamics
-from .equivalent_control import equivalent_control, linear_response, onto_kinks
+from .equivalent_control import equivalent_control, kink_shift, linear_response
 from .mode import KinkCounters, Mode
 
 #: A sliding multiplier that lies outside ``[lo, hi]`` by more than this fraction of
@@ -29,8 +29,11 @@ _BOX_TOLERANCE = 1e-12
 #: function that starts at 0 has no down-crossing, so a later switch would be missed.
 _OFFSET_FLOOR = 1e-200
 #: A sliding pair whose |z| exceeds this fraction of the largest |z| (round-off), but not
-#: `_LOCATED`, is put on its kink at a transition (`onto_kinks`).
+#: `_LOCATED`, is put on its kink at a transition (`kink_shift`).
 _ON_KINK = 1e-12
+#: The most rounds of `AbstractKinkedDynamics._onto_kinks`: each holds the free pairs the
+#: previous round's shift carried across their kinks.
+_HOLD_ROUNDS = 3
 #: The most a pair's |z| may be off its kink where a segment's event locates it: the root
 #: finder's tolerance on the event value (`ibflow._segments`, ``atol / _EVENT_SCALE``). A
 #: sliding pair further off came in by the segment loop's round-off rule (a root finder that
@@ -309,7 +312,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         (neurons' systems are independent, so each loses one pair per round). A free pair that
         leaves this way at once crossed (or touched tangentially); one that stays slides
         (Filippov: the one-sided fields point into the surface from both sides). Sliding pairs
-        located off their kink by more than round-off are then put on it (`onto_kinks`), and
+        located off their kink by more than round-off are then put on it (`_onto_kinks`), and
         the new mode's event offsets are those of the state returned.
         """
         lo, hi = self._bounds()
@@ -343,19 +346,49 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0),
             field_norm=jnp.linalg.norm(field), event_value=event_value,
             event_field_norm=event_field_norm)
-        state = self._onto_kinks(state, z, sliding)
+        state = self._onto_kinks(state, z, sliding, positive)
         return state, self._with_offsets(state, positive, sliding, lam), counters
 
-    def _onto_kinks(self, state, z, sliding):
-        """`onto_kinks` where a sliding pair is off its kink (`z`: the pre-activations at
-        `state`) by more than round-off and at most `_LOCATED` (a branch: rare, and the only
-        site of its system)."""
-        z = jnp.abs(z)
-        off = sliding & (z > _ON_KINK * jnp.max(z)) & (z <= _LOCATED)
-        return jax.lax.cond(
-            eqxi.unvmap_any(jnp.any(off)),
-            lambda: onto_kinks(self.preactivations, state, sliding, off, self.max_sliding_rows),
-            lambda: state)
+    def _onto_kinks(self, state, z, sliding, positive):
+        """`state` with the sliding pairs that are off their kink (`z`: the pre-activations at
+        `state`) by more than round-off and at most `_LOCATED` put on it (`kink_shift`; a
+        branch: rare, and the only site of its system).
+
+        The shift must not carry a free pair across its kink: one a few ulps from it would
+        then fire its event at once with nothing to locate, and its transition could release
+        the pair just put on its kink, which the next transition puts back (digits, σ = 1e-4,
+        ReLU: neuron 46's pairs 3 and 35, 20 000 switches at one clock value). So a round
+        holds, besides the sliding pairs, the free pairs the previous round's shift carried
+        across, up to `_HOLD_ROUNDS` rounds; a shift that still carries one across, or holds
+        more pairs on a neuron than its system has rows, is not applied."""
+        size = jnp.abs(z)
+        off = sliding & (size > _ON_KINK * jnp.max(size)) & (size <= _LOCATED)
+        fixed = jax.lax.stop_gradient(state)
+        side = jnp.where(z != 0, z > 0, positive)
+
+        def crossed(shift):
+            moved = self.preactivations(jax.tree_util.tree_map(jnp.add, fixed, shift))
+            return ~sliding & ((moved > 0) != side) & (moved != 0)
+
+        def more(carry):
+            _, shift, rounds = carry
+            return (rounds == 0) | ((rounds <= _HOLD_ROUNDS) & jnp.any(crossed(shift)))
+
+        def round_(carry):
+            held, shift, rounds = carry
+            held = held | crossed(shift)
+            return held, kink_shift(self.preactivations, fixed, sliding | held, off,
+                                    self.max_sliding_rows), rounds + 1
+
+        def project():
+            start = (jnp.zeros_like(sliding), jax.tree_util.tree_map(jnp.zeros_like, fixed), 0)
+            held, shift, _ = jax.lax.while_loop(more, round_, start)
+            fits = jnp.max(jnp.sum(sliding | held, axis=0)) <= self.max_sliding_rows
+            apply = fits & ~jnp.any(crossed(shift))
+            return jax.tree_util.tree_map(lambda s, d: s + jnp.where(apply, d, 0.0),
+                                          state, shift)
+
+        return jax.lax.cond(eqxi.unvmap_any(jnp.any(off)), project, lambda: state)
 
     def _settle(self, state, sliding, positive, along):
         """`transition`'s rounds: re-solve the multipliers and, in each neuron, let the sliding
