@@ -27,6 +27,7 @@ is why the data are few, well-spread points.
 """
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -114,8 +115,12 @@ def width_study(*, activation: str, scaled: bool, widths, seeds, references, dat
     converged = np.zeros((len(widths), len(POTENTIALS), seeds), dtype=bool)
     moved = np.zeros(len(widths))
     for i, n in enumerate(widths):
+        start = time.perf_counter()
         out, ok, mv = train_width(n, activation=activation, scaled=scaled, seeds=seeds,
                                   data=data, key=jax.random.key(n))
+        # Progress, as each width ends (a compile and a vmapped solve each).
+        print(f"  width {n}: {int(ok.sum())} of {ok.size} flows converged, "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
         if i == len(widths) - 1:
             last = out
         err = np.max(np.abs(out - references[:, None, :]), axis=-1)
@@ -172,12 +177,16 @@ def run_relu(out: Path, full: bool) -> dict:
 
     # Gradient flow on five copies of the data with shifted labels (Fig. 1 right).
     n = cfg["gd_width"]
+    shifted_start = time.perf_counter()
     net = ibflow.ShallowNet.init(n, activation="relu", bias=BIAS, key=jax.random.key(1234))
     X = jnp.asarray(X_DATA)[:, None]
     ys = jnp.asarray(Y_DATA)[None, :] + jnp.asarray(SHIFTS)[:, None]
     sols = jax.vmap(lambda yy: ibflow.integrate(net, X, yy, flow=ibflow.GradientFlow(),
                                                 target_loss=_target(Y_DATA),
                                                 formulation=_formulation(n), **SOLVE))(ys)
+    print(f"  gradient flow, width {n}, {len(SHIFTS)} shifted label sets: "
+          f"{int(jnp.sum(sols.status == ibflow.Status.converged))} converged, "
+          f"{time.perf_counter() - shifted_start:.1f} s", file=sys.stderr, flush=True)
     gd_out = np.asarray(jax.vmap(lambda m: jax.vmap(m)(jnp.asarray(EVAL_GRID)))(sols.model))
     shift_refs = np.stack([np.asarray(ibflow.relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
         jnp.asarray(EVAL_GRID))) for yy in ys])

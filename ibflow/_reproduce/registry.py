@@ -53,10 +53,12 @@ REPRODUCTIONS: dict[str, Reproduction] = _table(
                  "stable_rank:run", 492, "2-core CPU, 2026-11-29, empty cache"),
     Reproduction("mirror-relu", "Liang–Montúfar Fig. 1: ReLU nets, unscaled mirror potentials "
                  "vs the variational problem [LM-G]; L∞ error vs width; GF on shifted labels.",
-                 "mirror:mirror_relu"),
+                 "mirror:mirror_relu", 264,
+                 "2-core CPU, 2026-11-29, empty cache"),
     Reproduction("mirror-abs", "Liang–Montúfar Fig. 2: |·| nets, width-scaled potentials vs the "
                  "Bregman variational problem [LM-B]; L∞ error vs width; |h''| distributions.",
-                 "mirror:mirror_abs", 238, "2-core CPU"),
+                 "mirror:mirror_abs", 166,
+                 "2-core CPU, 2026-11-29, empty cache"),
     Reproduction("shape-scale", "Figure 7.1: population error vs scale α for five shapes s",
                  "shape_scale:run_shape_scale", 21.5, "2-core CPU"),
     Reproduction("shape-scale-map", "dense α × s map of test error and of the ℓ1↔ℓ2 position",
