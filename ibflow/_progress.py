@@ -38,11 +38,15 @@ def resolve(progress: bool | None, stream=None) -> bool:
         return False
 
 
+def line(text: str) -> None:
+    """One progress line on stderr, at once (kept in a log, where bars are not drawn)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def compiling(what: str) -> None:
     """One line on stderr before a long first call (tracing and XLA compilation)."""
-    print(f"ibflow: compiling {what} (first call for these shapes and options; later calls, "
-          "and later runs through the compilation cache, skip this)…", file=sys.stderr,
-          flush=True)
+    line(f"ibflow: compiling {what} (first call for these shapes and options; later calls, "
+         "and later runs through the compilation cache, skip this)…")
 
 
 def bar(total: int, *, desc: str, unit: str, initial: int = 0, progress: bool | None = None):

@@ -27,7 +27,6 @@ is why the data are few, well-spread points.
 """
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -37,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import ibflow
+
+from .._progress import line
 
 X_DATA = np.array([-0.8, -0.3, 0.2, 0.7])
 Y_DATA = np.array([0.2, -0.1, 0.1, 0.3])
@@ -119,8 +120,8 @@ def width_study(*, activation: str, scaled: bool, widths, seeds, references, dat
         out, ok, mv = train_width(n, activation=activation, scaled=scaled, seeds=seeds,
                                   data=data, key=jax.random.key(n))
         # Progress, as each width ends (a compile and a vmapped solve each).
-        print(f"  width {n}: {int(ok.sum())} of {ok.size} flows converged, "
-              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+        line(f"  width {n}: {int(ok.sum())} of {ok.size} flows converged, "
+             f"{time.perf_counter() - start:.1f} s")
         if i == len(widths) - 1:
             last = out
         err = np.max(np.abs(out - references[:, None, :]), axis=-1)
@@ -184,9 +185,9 @@ def run_relu(out: Path, full: bool) -> dict:
     sols = jax.vmap(lambda yy: ibflow.integrate(net, X, yy, flow=ibflow.GradientFlow(),
                                                 target_loss=_target(Y_DATA),
                                                 formulation=_formulation(n), **SOLVE))(ys)
-    print(f"  gradient flow, width {n}, {len(SHIFTS)} shifted label sets: "
-          f"{int(jnp.sum(sols.status == ibflow.Status.converged))} converged, "
-          f"{time.perf_counter() - shifted_start:.1f} s", file=sys.stderr, flush=True)
+    line(f"  gradient flow, width {n}, {len(SHIFTS)} shifted label sets: "
+         f"{int(jnp.sum(sols.status == ibflow.Status.converged))} converged, "
+         f"{time.perf_counter() - shifted_start:.1f} s")
     gd_out = np.asarray(jax.vmap(lambda m: jax.vmap(m)(jnp.asarray(EVAL_GRID)))(sols.model))
     shift_refs = np.stack([np.asarray(ibflow.relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
         jnp.asarray(EVAL_GRID))) for yy in ys])

@@ -15,7 +15,6 @@ ranks and whether they end at or below 2.
 """
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,9 @@ import numpy as np
 
 import ibflow
 
-# Private, for want of a public equivalent: the name of a status item (stored in the JSON).
+# Private, for want of a public equivalent: a progress line on stderr, and the name of a
+# status item (stored in the JSON).
+from .._progress import line
 from .._status import STATUS_NAMES
 
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
@@ -44,9 +45,9 @@ def _sweep(X, y, *, slope, width, target, num_save, key):
     for i, sigma in enumerate(SIGMAS):
         start = time.perf_counter()
         outs.append(solve_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models)))
-        print(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
-              f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
-              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+        line(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
+             f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
+             f"{time.perf_counter() - start:.1f} s")
     sols = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
     diag = eqx.filter_vmap(ibflow.trajectory_diagnostics, in_axes=(0, None, None))(
         sols.trajectory, X, y)
@@ -96,7 +97,7 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
     }
     panels, summary, arrays = {}, {"target_loss": target, "sigmas": list(SIGMAS)}, {}
     for name, (data, slope) in settings.items():
-        print(f"{name}:", file=sys.stderr, flush=True)
+        line(f"{name}:")
         start = time.perf_counter()
         sols, diag, kkt = _sweep(data.X, data.y, slope=slope, width=100, target=target,
                                  num_save=num_save, key=key)
