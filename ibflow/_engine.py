@@ -104,7 +104,7 @@ def _with_structured_root_finder(solver, dynamics):
     if structure is None:  # no structure offered: Diffrax differentiates the stage function
         return solver
     chord = StructuredChord(dynamics=dynamics, rtol=root_finder.rtol, atol=root_finder.atol,
-                            norm=root_finder.norm, kappa=root_finder.kappa)
+                            norm=root_finder.norm, kappa=root_finder.kappa, structure=structure)
     return with_structured_chord(solver, chord)
 
 

@@ -153,28 +153,34 @@ def _stop_value(loss, stop_at):
     return jnp.where(jnp.isfinite(loss), jnp.log(loss / (_STOP_AIM * stop_at)), -1.0)
 
 
+@eqx.filter_jit
+def _switching_event_value(dynamics, stop_at, stationarity, t, y, mode):
+    """The scaled event value of `_switching_event` at `(t, y)` in `mode`, behind a ``jit``
+    boundary: Diffrax traces the event function about ten times per solve (its shape passes,
+    the step's end, the root finder), JAX this once per input shape."""
+    loss = dynamics.loss(y)
+    stop = _stop_value(loss, stop_at)
+    if stationarity is None:
+        switch, rest = dynamics.event_function(t, y, mode), jnp.inf
+    else:
+        switch, norm = dynamics.event_and_field_norm(t, y, mode)
+        rest = stationarity.value(norm, loss)
+    # One scalar event, so that a bracketing root finder applies: the min of many
+    # pre-activations is only piecewise smooth, where Newton's method can fail. The root
+    # finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| < 1e-12; scaling
+    # the value by _EVENT_SCALE turns the second test into |value| < 1e-8, which roundoff
+    # allows.
+    return _EVENT_SCALE * jnp.minimum(jnp.minimum(stop, switch), rest)
+
+
 def _switching_event(dynamics, stop_at, stationarity):
     """A switching dynamics' Diffrax event: one scalar, the minimum of the values of its loss,
     switch and rest parts (each crossing 0 downwards where its event happens; rest is +inf
     without a `stationarity` reference). At a segment's end `_switching_end` reads the same
     parts off the transition."""
 
-    def components(t, y, mode):
-        loss = dynamics.loss(y)
-        stop = _stop_value(loss, stop_at)
-        if stationarity is None:
-            return stop, dynamics.event_function(t, y, mode), jnp.inf
-        switch, norm = dynamics.event_and_field_norm(t, y, mode)
-        return stop, switch, stationarity.value(norm, loss)
-
     def scaled_event_value(t, y, args, **kwargs):
-        # One scalar event, so that a bracketing root finder applies: the min of many
-        # pre-activations is only piecewise smooth, where Newton's method can fail. The root
-        # finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| < 1e-12;
-        # scaling the value by _EVENT_SCALE turns the second test into |value| < 1e-8, which
-        # roundoff allows.
-        stop, switch, rest = components(t, y, args)
-        return _EVENT_SCALE * jnp.minimum(jnp.minimum(stop, switch), rest)
+        return _switching_event_value(dynamics, stop_at, stationarity, t, y, args)
 
     # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
     # in the interpolated state could fail). ~10 evaluations per root where bisection needs ~45

@@ -49,14 +49,16 @@ CLUSTER_ERROR = 0.5
 
 
 @eqx.filter_jit
-def _traced_once(dynamics, state, positive, sliding):
+def _traced_once(dynamics, state, positive, sliding, drive=None):
     """`AbstractKinkedDynamics.slopes` behind a ``jit`` boundary, so that a program traces it
     (a linearization of a gradient, then the multiplier solve) once per input shape instead of
     once per call site: the vector field of every Runge–Kutta stage, the event function and
     the transitions (17 sites in one leaky-neuron solve). JAX's transformations (vmap, jvp,
     transpose) are cached per traced function as well, so a kinked flow's first call (trace
-    and compile) does the multiplier solve's share once instead of at every site."""
-    return dynamics._solve_slopes(state, positive, sliding)
+    and compile) does the multiplier solve's share once instead of at every site. With a
+    `drive`, the multipliers of the tail Jacobian's projection (`_on_sliding_set`), which
+    Diffrax traces at every implicit stage and in each of its shape passes."""
+    return dynamics._solve_slopes(state, positive, sliding, drive)
 
 
 def _system_sizes(max_rows: int) -> tuple[int, ...]:
@@ -135,7 +137,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
 
         def project(u):
             drive = jax.jvp(self.preactivations, (state,), (u,))[1]
-            slopes, ok, _ = self._solve_slopes(state, mode.positive, mode.sliding, drive)
+            slopes, ok, _ = _traced_once(self, state, mode.positive, mode.sliding, drive)
             return jnp.where(ok, u + along(jnp.where(mode.sliding, slopes - base, 0.0)), u)
 
         U = jax.lax.cond(eqxi.unvmap_any(jnp.any(mode.sliding)),

@@ -39,6 +39,15 @@ class _ChordState(eqx.Module):
 _PLACEHOLDER_DUE = contextvars.ContextVar("ibflow_placeholder_jacobian_due", default=False)
 
 
+@eqx.filter_jit
+def _linearization(dynamics, c, state, args):
+    """``dynamics.linearization`` behind a ``jit`` boundary: Diffrax traces an implicit step up
+    to four times (three of them for shapes) and its stage loop calls the root finder's
+    `init` at each; JAX traces this once per input shape (a kinked flow's linearization,
+    with its multiplier systems, costs ~0.15 s of tracing each time)."""
+    return dynamics.linearization(c, state, args)
+
+
 def _small(diffsize):
     return diffsize < 10 ** (2 - jnp.finfo(diffsize.dtype).precision)
 
@@ -48,7 +57,9 @@ class StructuredChord(optx.AbstractRootFinder):
     ``dynamics.linearization`` (evaluated once per Runge–Kutta step at the predictor).
 
     **Arguments:** `dynamics` (an `AbstractDynamics` whose `linearization` is not None);
-    `rtol`, `atol`, `norm`, `kappa` as `diffrax.VeryChord`.
+    `rtol`, `atol`, `norm`, `kappa` as `diffrax.VeryChord`; `structure`, optionally, the
+    shapes of ``dynamics.linearization``'s result (``jax.eval_shape``), which the placeholder
+    Jacobian of each step then takes instead of tracing the linearization for them.
     """
 
     dynamics: Any
@@ -56,6 +67,7 @@ class StructuredChord(optx.AbstractRootFinder):
     atol: float
     norm: Callable[[PyTree], Scalar] = optx.max_norm
     kappa: float = 1e-2
+    structure: Any = eqx.field(static=True, default=None)
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags):
         if "init_state" in options:
@@ -69,7 +81,7 @@ class StructuredChord(optx.AbstractRootFinder):
                                        prod(y, control))
 
         def linearized():
-            return self.dynamics.linearization(ti, point, solve_args)
+            return _linearization(self.dynamics, ti, point, solve_args)
 
         if _PLACEHOLDER_DUE.get():
             # A Diffrax implicit Runge–Kutta step first factorizes at its start with a zero
@@ -79,11 +91,15 @@ class StructuredChord(optx.AbstractRootFinder):
             # does not need ``F'``: the factor of a zero Jacobian of the same structure is it.
             # One copy fewer of the linearization in the compiled program (for a kinked flow,
             # its multiplier systems under `vmap`: a leaky neuron's program loses 14 % of its
-            # instructions and ~2 s of XLA time) and one evaluation fewer per step.
+            # instructions and ~2 s of XLA time) and one evaluation fewer per step. Its shapes
+            # come from `structure` where given: Diffrax traces each step up to four times
+            # (three of them for shapes), and a kinked linearization's trace costs ~0.15 s.
             _PLACEHOLDER_DUE.set(False)
+            shapes = (eqx.filter_eval_shape(linearized) if self.structure is None
+                      else self.structure)
             jacobian = jax.tree_util.tree_map(
                 lambda a: jnp.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct)
-                else a, eqx.filter_eval_shape(linearized))
+                else a, shapes)
         else:
             jacobian = linearized()
         inverse = jax.lax.stop_gradient(jacobian.factor(diagonal * control))
