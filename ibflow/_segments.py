@@ -23,6 +23,7 @@ from ._dynamics.stationarity import Stationarity
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.mode import KinkReport, Mode, empty_report, logged
 from ._kinks.root_finder import IllinoisBracket
+from ._solver_step import traced_once
 from ._status import Status
 from ._tail.budget import BudgetController
 
@@ -274,6 +275,8 @@ def run_segments(
         event = _smooth_event(dynamics, stop_at, stationarity, progress)
         term = dfx.ODETerm(dynamics.vector_field)
 
+    stepper = traced_once(solver)
+
     def segment(carry: _Carry) -> _Carry:
         p, done = carry.phase, carry.done
         # A run's first segment starts with the step the phase before proposed; a restart at a
@@ -293,7 +296,7 @@ def run_segments(
         # inert (`Mode.live`): nothing slides, and it makes no choice for the batch.
         args = p.mode if not switching else eqx.tree_at(
             lambda m: (m.sliding, m.live), p.mode, (p.mode.sliding & ~done, ~done))
-        sol = dfx.diffeqsolve(term, solver, t0=p.clock, t1=jnp.where(done, p.clock, t_max),
+        sol = dfx.diffeqsolve(term, stepper, t0=p.clock, t1=jnp.where(done, p.clock, t_max),
                               dt0=None, y0=p.state, args=args, stepsize_controller=controller,
                               event=event, saveat=dfx.SaveAt(subs=subs, controller_state=True),
                               max_steps=options.max_steps, throw=False, adjoint=options.adjoint)

@@ -13,7 +13,6 @@ Convergence test and divergence test are those of `diffrax.VeryChord`.
 """
 
 import contextvars
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array, PyTree, Scalar
 
+from .._solver_step import retyped
 from .jacobian import AbstractShiftedInverse
 
 
@@ -153,5 +153,4 @@ def _marking_placeholders(cls):
 def with_structured_chord(solver, chord: StructuredChord):
     """`solver` (a Diffrax implicit Runge–Kutta method) with `chord` as its root finder, and
     without the placeholder Jacobian of each step (`StructuredChord.init`)."""
-    fields = {f.name: getattr(solver, f.name) for f in dataclasses.fields(solver) if f.init}
-    return _marking_placeholders(type(solver))(**(fields | {"root_finder": chord}))
+    return retyped(solver, _marking_placeholders(type(solver)), root_finder=chord)
