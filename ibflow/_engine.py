@@ -35,7 +35,7 @@ from ._segments import DEFAULT_MAX_SWITCHES, field_norm, observe_saved, run_segm
 from ._solution import Solution, Trajectory, observation, with_predictor
 from ._status import Status
 from ._tail.base import AbstractTail
-from ._tail.chord import StructuredChord, with_structured_chord
+from ._tail.chord import StructuredChord, linearization, with_structured_chord
 from ._tail.stiffness import STIFF_CEILING, StiffnessWatch
 
 
@@ -86,9 +86,10 @@ def _stationarity(dynamics, phase):
                         loss0=dynamics.loss(phase.state))
 
 
-def _with_structured_root_finder(solver, dynamics):
+def _with_structured_root_finder(solver, dynamics, state, mode):
     """The tail solver with its root finder replaced by `StructuredChord` when the solver is an
-    implicit Runge–Kutta method (it has a ``root_finder``) and the dynamics has a structure.
+    implicit Runge–Kutta method (it has a ``root_finder``) and the dynamics has a structure
+    (its linearization's shapes at `state` in `mode`, where the tail starts).
 
     The chord keeps the replaced `diffrax.VeryChord`'s ``rtol``, ``atol``, ``norm`` and
     ``kappa``. For Diffrax's default root finders these are the "taken from the step-size
@@ -99,8 +100,9 @@ def _with_structured_root_finder(solver, dynamics):
     root_finder = getattr(solver, "root_finder", None)
     if not isinstance(root_finder, dfx.VeryChord):
         return solver
-    structure = jax.eval_shape(lambda: dynamics.linearization(
-        jnp.zeros(()), dynamics.initial_state(), None))
+    # (Through the chord's own jit boundary, at the phase's mode: the chord's first real
+    # linearization then reuses this trace.)
+    structure = jax.eval_shape(lambda: linearization(dynamics, jnp.zeros(()), state, mode))
     if structure is None:  # no structure offered: Diffrax differentiates the stage function
         return solver
     chord = StructuredChord(dynamics=dynamics, rtol=root_finder.rtol, atol=root_finder.atol,
@@ -192,7 +194,8 @@ def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarit
         # selection costs two field evaluations and started smaller still). It tests for
         # stationarity too: the stiffness watch may hand over a flow that is coming to rest
         # above the target (a spurious minimum), which would otherwise run to its budget.
-        return run_segments(dynamics, _with_structured_root_finder(solver, dynamics), first,
+        return run_segments(dynamics, _with_structured_root_finder(
+            solver, dynamics, first.state, first.mode), first,
                             stop_at=options.target_loss, options=options, budget=budget,
                             run=run, progress=progress, stationarity=stationarity)
 

@@ -132,6 +132,14 @@ def _segment_status(sol, *, stopped, at_rest, switched, over_budget, degenerate,
         sliding, Status.degenerate_sliding, Status.nonfinite))
 
 
+@eqx.filter_jit
+def _vector_field(dynamics, c, state, args):
+    """``dynamics.vector_field`` behind a ``jit`` boundary: traced once per input shape for
+    every stage of every solver (both phases of a solve) instead of at each (a kinked field
+    solves the multiplier system: `ibflow._kinks.kinked._traced_once`)."""
+    return dynamics.vector_field(c, state, args)
+
+
 def _smooth_event(dynamics, stop_at, stationarity, progress):
     """The one-mode case's event: the boolean stop at a step's end, ``L ≤ stop_at``, a
     non-finite loss, or the field at rest (with a `stationarity` reference)."""
@@ -266,14 +274,9 @@ def run_segments(
     save_at, rtol, atol = options.save_at, options.rtol, options.atol
     t0, first_dt = phase.clock, phase.proposed_dt
     t_max = jnp.where(run, options.t_max, t0)
-    if switching:
-        event = _switching_event(dynamics, stop_at, stationarity)
-        # Behind a jit boundary, traced once for every stage of the solver (see
-        # `ibflow._kinks.kinked._traced_once`: the field solves the multiplier system).
-        term = dfx.ODETerm(eqx.filter_jit(dynamics.vector_field))
-    else:
-        event = _smooth_event(dynamics, stop_at, stationarity, progress)
-        term = dfx.ODETerm(dynamics.vector_field)
+    event = (_switching_event(dynamics, stop_at, stationarity) if switching
+             else _smooth_event(dynamics, stop_at, stationarity, progress))
+    term = dfx.ODETerm(eqx.Partial(_vector_field, dynamics))
 
     stepper = traced_once(solver)
 

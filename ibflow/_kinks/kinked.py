@@ -113,8 +113,8 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         exact Jacobian of this mode's field instead, the equivalent control's state dependence
         included (`ibflow._tail.jacobian.gated`: without that dependence a sliding ReLU
         `ShallowNet` of tests/test_kinks.py exhausts its budget, and a ReLU student of
-        tests/test_stationary_kinks.py takes 12 727 steps instead of < 5 000). ``args`` is
-        None where the engine only asks for the structure's shape."""
+        tests/test_stationary_kinks.py takes 12 727 steps instead of < 5 000). ``args``
+        None: at the initial mode of `state`."""
         mode = self.initial_mode(state) if args is None else args
         low_rank = self.gauss_newton(c, state, self._mode_slopes(state, mode))
         if low_rank is not None and args is not None:  # (its shape is the unprojected one's)

@@ -40,7 +40,7 @@ _PLACEHOLDER_DUE = contextvars.ContextVar("ibflow_placeholder_jacobian_due", def
 
 
 @eqx.filter_jit
-def _linearization(dynamics, c, state, args):
+def linearization(dynamics, c, state, args):
     """``dynamics.linearization`` behind a ``jit`` boundary: Diffrax traces an implicit step up
     to four times (three of them for shapes) and its stage loop calls the root finder's
     `init` at each; JAX traces this once per input shape (a kinked flow's linearization,
@@ -81,7 +81,7 @@ class StructuredChord(optx.AbstractRootFinder):
                                        prod(y, control))
 
         def linearized():
-            return _linearization(self.dynamics, ti, point, solve_args)
+            return linearization(self.dynamics, ti, point, solve_args)
 
         if _PLACEHOLDER_DUE.get():
             # A Diffrax implicit Runge–Kutta step first factorizes at its start with a zero
