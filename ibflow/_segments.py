@@ -210,6 +210,13 @@ def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
     return occurred & ~at_rest, at_rest
 
 
+@eqx.filter_jit
+def _transition(dynamics, t, state, mode, rtol, atol):
+    """``dynamics.transition`` behind a ``jit`` boundary: both phases of a solve share its
+    trace."""
+    return dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
+
+
 def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol, stop_at):
     """How a segment of a switching dynamics ended, and the state and mode after it:
     ``(stopped, at_rest, switched, new_state, new_mode, counts)``."""
@@ -220,7 +227,7 @@ def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol
     # within that roundoff of the target. The event's components at the end come with the
     # transition's own multiplier solve (each solve is a copy of the multiplier system in the
     # compiled program).
-    new_state, new_mode, counts = dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
+    new_state, new_mode, counts = _transition(dynamics, t, state, mode, rtol, atol)
     stop_end, switch_end = _stop_value(loss, stop_at), counts.event_value
     rest_end = jnp.inf if stationarity is None else stationarity.value(
         counts.event_field_norm, loss)
