@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from ibflow._tail.chord import StructuredChord, with_structured_chord
+from ibflow._tail.chord import StructuredChord, linearization, with_structured_chord
 
 
 class _Inverse(eqx.Module):
@@ -55,17 +55,23 @@ def test_placeholder_jacobian_is_skipped_and_the_solve_unchanged(solver):
             rtol=1e-10, atol=1e-10), max_steps=10_000)
 
     marked = with_structured_chord(solver, chord)
+    # The engine's way: the placeholder's shapes given, as the engine's structure query
+    # computes them (then the placeholder traces no linearization at all).
+    shaped = with_structured_chord(solver, StructuredChord(
+        dynamics=chord.dynamics, rtol=1e-10, atol=1e-10, structure=jax.eval_shape(
+            lambda: linearization(chord.dynamics, jnp.zeros(()), jnp.asarray(y0), None))))
     plain = eqx.tree_at(lambda s: s.root_finder, solver, chord)
     assert type(marked).__name__ == type(solver).__name__ and isinstance(marked, type(solver))
     # One linearization fewer in the traced step: one call site of the linearization (behind
     # its jit boundary, `ibflow._tail.chord.linearization`) where the plain solver has two.
     evaluations = [str(jax.make_jaxpr(lambda y, s=s: solve(s, y).ys)(y0)).count(
-        "name=linearization") for s in (marked, plain)]
-    assert evaluations == [1, 2], evaluations
+        "name=linearization") for s in (marked, shaped, plain)]
+    assert evaluations == [1, 1, 2], evaluations
     # The placeholder is the identity either way (it serves an explicit first stage): the same
     # steps, the same end.
-    sols = [jax.jit(lambda y, s=s: solve(s, y))(y0) for s in (marked, plain)]
-    assert [int(s.stats["num_steps"]) for s in sols] == [int(sols[1].stats["num_steps"])] * 2
+    sols = [jax.jit(lambda y, s=s: solve(s, y))(y0) for s in (marked, shaped, plain)]
+    assert [int(s.stats["num_steps"]) for s in sols] == [int(sols[-1].stats["num_steps"])] * 3
     ends = [np.asarray(s.ys[-1]) for s in sols]
-    np.testing.assert_array_equal(ends[0], ends[1])
+    np.testing.assert_array_equal(ends[0], ends[2])
+    np.testing.assert_array_equal(ends[1], ends[2])
     np.testing.assert_allclose(ends[0], scipy.linalg.expm(-A) @ y0, rtol=1e-7, atol=1e-9)
