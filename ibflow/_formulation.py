@@ -3,6 +3,7 @@
 import abc
 
 import equinox as eqx
+import jax
 
 from ._dynamics.base import AbstractDynamics, AbstractKinkReducible
 from ._dynamics.parameters import ParameterDynamics
@@ -27,8 +28,13 @@ def _kinked(model, kinks):
 
 def _parameters(model, X, y, flow, loss, kinks, max_sliding_rows):
     if _kinked(model, kinks):
+        # A system's rows: one neuron's examples, or every (example, neuron) pair where the
+        # kinks couple across layers.
+        rows = X.shape[0]
+        if not type(model).separable_kinks(model):
+            rows *= jax.eval_shape(model.preactivations, X[0]).shape[0]
         return PiecewiseLinearDynamics(model, X, y, flow, loss,
-                                       max_sliding_rows=min(max_sliding_rows, X.shape[0]))
+                                       max_sliding_rows=min(max_sliding_rows, rows))
     return ParameterDynamics(model, X, y, flow, loss)
 
 
@@ -52,8 +58,9 @@ class ParameterSpace(AbstractFormulation):
       where
       an adaptive solver chatters on a sliding mode until its budget or stall test stops it.
     - `max_sliding_rows` (default 32): most examples sliding at once on one neuron (each
-      neuron's multiplier system has at most this many rows); more ends the solve with
-      `Status.degenerate_sliding`.
+      neuron's multiplier system has at most this many rows; for a model whose kinks couple
+      across layers, a deep `MLP`, the most pairs sliding at once in all); more ends the solve
+      with `Status.degenerate_sliding`.
     """
 
     kinks: bool = eqx.field(static=True, default=True)

@@ -94,6 +94,11 @@ def every_model(key, n=3, d=5):
     mlp = ibflow.MLP.from_scale_shape(0.5, 0.2, dim=d, widths=(3, 3), activation=ibflow.Tanh(),
                                       bias=True, key=km)
     out["mlp-tanh-depth3"] = (mlp, X, _realizable(mlp, X, ky, 0.3), square, None)
+    # A depth-3 ReLU MLP (kinks coupled across layers), targets near its outputs as above.
+    km, ky = jax.random.split(jax.random.fold_in(key, 17))
+    mlp = ibflow.MLP.from_scale_shape(0.5, 0.2, dim=d, widths=(3, 3), activation=ibflow.ReLU(),
+                                      bias=True, key=km)
+    out["mlp-relu-depth3"] = (mlp, X, _realizable(mlp, X, ky, 1e-3), square, None)
     return out
 
 

@@ -43,13 +43,19 @@ _HOLD_ROUNDS = 3
 _LOCATED = 1e-8
 #: A neutral sliding pair whose ż exceeds this fraction of the largest |ż| leaves its kink.
 _NEUTRAL_DRIFT = 1e-6
+#: Newton iterations on a coupled multiplier system (a deep network's: multi-affine in the
+#: slopes, `AbstractKinkedDynamics._solve_slopes`), and the largest last step, in units of
+#: ``hi − lo``, of a solution that counts as converged (quadratic convergence: the error left
+#: is about its square).
+_COUPLED_ROUNDS = 4
+_COUPLED_STEP = 1e-6
 #: The most a transition's early switches of imminent pairs may move the state, in the error
 #: norm of an accepted step (`AbstractKinkedDynamics._imminent`).
 CLUSTER_ERROR = 0.5
 
 
 @eqx.filter_jit
-def _traced_once(dynamics, state, positive, sliding, drive=None):
+def _traced_once(dynamics, state, positive, sliding, drive=None, at=None):
     """`AbstractKinkedDynamics.slopes` behind a ``jit`` boundary, so that a program traces it
     (a linearization of a gradient, then the multiplier solve) once per input shape instead of
     once per call site: the vector field of every Runge–Kutta stage, the event function and
@@ -58,7 +64,7 @@ def _traced_once(dynamics, state, positive, sliding, drive=None):
     and compile) does the multiplier solve's share once instead of at every site. With a
     `drive`, the multipliers of the tail Jacobian's projection (`_on_sliding_set`), which
     Diffrax traces at every implicit stage and in each of its shape passes."""
-    return dynamics._solve_slopes(state, positive, sliding, drive)
+    return dynamics._solve_slopes(state, positive, sliding, drive, at)
 
 
 def _system_sizes(max_rows: int) -> tuple[int, ...]:
@@ -90,18 +96,31 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     would make the field, unlike its direction, not affine in them.
 
     Works for any flow whose direction keeps neurons separable (gradient, diagonal mirror,
-    positive scalar warp): the direction is affine in ``σ'(0)`` per neuron.
+    positive scalar warp): the direction is affine in ``σ'(0)`` per neuron. Where the model's
+    kinks couple across layers (`AbstractPiecewiseLinearModel.separable_kinks` False: a deep
+    MLP), all sliding pairs form one system (`_grouped`), multi-affine in the slopes, solved
+    by Newton's method.
     """
 
     # The smooth dynamics supplies ``initial`` (an `AbstractPiecewiseLinearModel`), ``X``,
     # ``y`` and ``loss_fn``.
-    #: static: at most this many examples may slide at once on one neuron; more is reported
-    #: as degenerate sliding.
+    #: static: at most this many examples may slide at once on one neuron (on a model whose
+    #: kinks couple, this many pairs in all); more is reported as degenerate sliding.
     max_sliding_rows: eqx.AbstractVar[int]
 
     @abc.abstractmethod
     def preactivations(self, state) -> Float[Array, "n m"]:
         """``z`` of every (example, neuron) pair at `state`."""
+
+    def _separable(self) -> bool:
+        """Whether the multiplier system splits per neuron (static)."""
+        return type(self.initial).separable_kinks(self.initial)
+
+    def _grouped(self, pairs: Float[Array, "n m"]) -> Float[Array, "N G"]:
+        """Per-pair values in the multiplier systems' layout: one column per independent
+        system, its rows the pairs that may enter it. Separable: the pairs as they are (a
+        system per neuron over its examples); coupled: one column of all n·m pairs."""
+        return pairs if self._separable() else pairs.reshape(-1, 1)
 
     def vector_field(self, c, state, args: Mode):
         return super().vector_field(c, state, self._mode_slopes(state, args))
@@ -132,13 +151,16 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         step: sliding pre-activations drifted to ~5e-12 over the tail of a ReLU student, whose
         example with ``y = 0`` then kept a residual ``Σ aⱼ zⱼ ≈ 1e-11`` (a loss floor 6× the
         target). With ``P Π = 0``, ``P (I − c Π F')⁻¹ = P``: chord corrections keep ż = 0."""
-        base = self._base_slopes(mode.positive, mode.sliding)
-        _, along = jax.linearize(lambda s: self.unit_speed_field(state, s), base)
+        # B at the mode's multipliers: the base slopes where the direction is affine in them
+        # (separable), the solved ones where it is multi-affine (coupled).
+        at = (self._base_slopes(mode.positive, mode.sliding) if self._separable()
+              else self._mode_slopes(state, mode))
+        _, along = jax.linearize(lambda s: self.unit_speed_field(state, s), at)
 
         def project(u):
             drive = jax.jvp(self.preactivations, (state,), (u,))[1]
-            slopes, ok, _ = _traced_once(self, state, mode.positive, mode.sliding, drive)
-            return jnp.where(ok, u + along(jnp.where(mode.sliding, slopes - base, 0.0)), u)
+            slopes, ok, _ = _traced_once(self, state, mode.positive, mode.sliding, drive, at)
+            return jnp.where(ok, u + along(jnp.where(mode.sliding, slopes - at, 0.0)), u)
 
         U = jax.lax.cond(eqxi.unvmap_any(jnp.any(mode.sliding)),
                          lambda: jax.vmap(project)(low_rank.U), lambda: low_rank.U)
@@ -183,18 +205,68 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         lo, hi = self._bounds()
         return jnp.where(sliding, 0.5 * (lo + hi), jnp.where(positive, hi, lo))
 
-    def _solve_slopes(self, state, positive, sliding, drive=None):
-        """The multipliers (`slopes`); with `drive` (n, m), those that cancel `drive` in
-        place of the field's own ż at the base slopes (`_on_sliding_set`)."""
-        base = self._base_slopes(positive, sliding)
-        sizes = _system_sizes(self.max_sliding_rows)
+    def _response(self, state, at, drive=None):
+        """`equivalent_control`'s `response` in the systems' layout (`_grouped`): ż at the
+        slopes `at` (or `drive` in its place) and each system's matrix ``∂ż/∂λ`` there."""
+        if self._separable():
+            def response(index, mask):
+                zdot0, matrix = self.slope_response(state, at, index, mask)
+                return (zdot0 if drive is None else drive), matrix
+            return response
 
         def response(index, mask):
-            zdot0, matrix = self.slope_response(state, base, index, mask)
-            return (zdot0 if drive is None else drive), matrix
+            zdot0, matrix = linear_response(
+                lambda s: self._grouped(self._zdot(state, s.reshape(at.shape))),
+                self._grouped(at), index, mask)
+            return (zdot0 if drive is None else self._grouped(drive)), matrix
+        return response
+
+    def _newton(self, state, base, sliding, rows):
+        """A coupled system's multipliers: ż is multi-affine in the slopes (a product of the
+        slopes of one example's pairs in different layers), so `equivalent_control`'s one
+        linear solve is a Newton step. `_COUPLED_ROUNDS` of them from the box's middle (a
+        loop of static length: reverse-differentiable; at the root Newton's map has zero
+        derivative in λ, so the derivative is the implicit function's), ``ok`` only where the
+        last one was below `_COUPLED_STEP` (converged). One sliding pair (`rows` 1): ż is
+        affine in its slope, one step is exact."""
+        grouped = self._grouped(sliding)
+
+        def step(at):
+            slopes, ok, stiffness = equivalent_control(
+                self._response(state, at), self._grouped(at), grouped, rows)
+            return slopes.reshape(at.shape), ok, stiffness.reshape(at.shape)
+
+        if rows == 1:
+            return step(base)
+
+        def round_(_, carry):
+            at, ok, _, _ = carry
+            slopes, fine, stiffness = step(at)
+            return slopes, ok & fine, stiffness, jnp.max(jnp.abs(slopes - at))
+
+        start = (base, jnp.array(True), jnp.zeros_like(base), jnp.zeros(()))
+        slopes, ok, stiffness, last = jax.lax.fori_loop(0, _COUPLED_ROUNDS, round_, start)
+        return slopes, ok & (last <= _COUPLED_STEP * self._span()), stiffness
+
+    def _solve_slopes(self, state, positive, sliding, drive=None, at=None):
+        """The multipliers (`slopes`); with `drive` (n, m), those that cancel `drive` in
+        place of the field's own ż, linearized at the slopes `at` (default: the base slopes;
+        `_on_sliding_set`)."""
+        base = self._base_slopes(positive, sliding)
+        # A coupled system has two sizes only: each branch holds a Newton loop.
+        sizes = (_system_sizes(self.max_sliding_rows) if self._separable()
+                 else tuple(sorted({1, self.max_sliding_rows})))
 
         def slide(rows):
-            return lambda: equivalent_control(response, base, sliding, rows)
+            def solve():
+                if drive is None and not self._separable():
+                    return self._newton(state, base, sliding, rows)
+                point = base if at is None else at
+                slopes, ok, stiffness = equivalent_control(
+                    self._response(state, point, drive), self._grouped(point),
+                    self._grouped(sliding), rows)
+                return slopes.reshape(base.shape), ok, stiffness.reshape(base.shape)
+            return solve
 
         # The system's size follows the largest sliding set of any neuron (rounded up to one
         # of `sizes`), so a flow with a few sliding pairs solves small systems, not one padded
@@ -203,7 +275,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         # multiplier system at every field evaluation of every member, sliding or not, which
         # costs a batch that rarely slides many times its run time. With no slide in the batch
         # the system is skipped; a member that does not slide gets `base` from it.
-        most = eqxi.unvmap_max(jnp.max(jnp.sum(sliding, axis=0)))
+        most = eqxi.unvmap_max(jnp.max(jnp.sum(self._grouped(sliding), axis=0)))
         # (The smallest size ≥ most: a count, not `searchsorted`, whose loop XLA on CPU
         # compiles at every site of the field.)
         branch = jnp.where(most == 0, 0, 1 + jnp.minimum(
@@ -379,13 +451,15 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         def round_(carry):
             held, shift, rounds = carry
             held = held | crossed(shift)
-            return held, kink_shift(self.preactivations, fixed, sliding | held, off,
+            return held, kink_shift(lambda s: self._grouped(self.preactivations(s)), fixed,
+                                    self._grouped(sliding | held), self._grouped(off),
                                     self.max_sliding_rows), rounds + 1
 
         def project():
             start = (jnp.zeros_like(sliding), jax.tree_util.tree_map(jnp.zeros_like, fixed), 0)
             held, shift, _ = jax.lax.while_loop(more, round_, start)
-            fits = jnp.max(jnp.sum(sliding | held, axis=0)) <= self.max_sliding_rows
+            fits = jnp.max(jnp.sum(self._grouped(sliding | held), axis=0)
+                           ) <= self.max_sliding_rows
             apply = fits & ~jnp.any(crossed(shift))
             return jax.tree_util.tree_map(lambda s, d: s + jnp.where(apply, d, 0.0),
                                           state, shift)
@@ -417,9 +491,11 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             v = jnp.where(drift, jnp.inf, violation(lam, stiffness, sliding))
             go = ok & ((jnp.max(v) > _BOX_TOLERANCE) | jnp.any(along & sliding)) & (
                 it <= sliding.size)
-            q = jnp.argmax(v, axis=0)  # per neuron
-            leave = go & jnp.zeros_like(sliding).at[q, jnp.arange(v.shape[1])].set(
-                jnp.max(v, axis=0) > _BOX_TOLERANCE)
+            grouped = self._grouped(v)  # one pair leaves per system and round
+            q = jnp.argmax(grouped, axis=0)
+            leave = go & jnp.zeros(grouped.shape, bool).at[
+                q, jnp.arange(grouped.shape[1])].set(
+                jnp.max(grouped, axis=0) > _BOX_TOLERANCE).reshape(v.shape)
             # The side the flow leaves to is where ż = stiffness·(bound − λ) points; a
             # repelling pair with λ inside the box keeps the side it arrived from.
             up = jnp.where(stiffness <= 0, lam > hi,

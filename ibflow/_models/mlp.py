@@ -6,12 +6,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .. import _checks
-from .._activations.base import AbstractActivation, check_activation
+from .._activations.base import (
+    AbstractActivation,
+    AbstractPiecewiseLinearActivation,
+    check_activation,
+)
 from ._init import checked_scale_shape
-from .base import AbstractModel
+from .piecewise_linear import AbstractPiecewiseLinearModel
 
 
-class MLP(AbstractModel):
+class MLP(AbstractPiecewiseLinearModel):
     """``f(x) = W_L σ(⋯ σ(W₂ σ(W₁x + b₁) + b₂) ⋯) + b_L``, every layer trained.
 
     **Fields:** `weights`: a tuple of L ≥ 1 matrices, ``W_l`` of shape (m_l, m_{l−1}) with
@@ -20,10 +24,13 @@ class MLP(AbstractModel):
     (applied after every layer but the last).
 
     Smooth activations (`Tanh()`, `Softplus()`, `FunctionActivation`) integrate in parameter
-    space. A piecewise-linear one (ReLU family) is *not* followed through its kinks (that
-    machinery covers `AbstractPiecewiseLinearModel`s: `TwoLayerNet`, `ShallowNet`, ...): the
-    flow then uses autodiff's one-sided slope at 0, as with
-    ``formulation=ParameterSpace(kinks=False)``, and may chatter where it slides along a kink.
+    space. A piecewise-linear one (ReLU family) is followed through its kinks at every layer
+    ([THEORY §8.2][theory-8-2]): each (example, hidden neuron) pair's crossing is located as an
+    event and Filippov sliding is followed exactly, as for `TwoLayerNet`. The pairs are the
+    hidden neurons of all layers, in order (`preactivations`). From depth 3 on, a slope of
+    layer l changes what every later layer sees, so the sliding multipliers of all layers
+    form one coupled system (`separable_kinks` is False), at most ``max_sliding_rows`` pairs
+    in all (`ParameterSpace`).
     """
 
     weights: tuple[Float[Array, "m_out m_in"], ...]
@@ -100,15 +107,47 @@ class MLP(AbstractModel):
         """L, the number of weight matrices."""
         return len(self.weights)
 
-    def __call__(self, x: Float[Array, " d"]) -> Float[Array, ""]:
-        h = x
+    def _forward(self, x, slopes=None):
+        """The output and every hidden layer's pre-activations, with ``σ(z)`` replaced by
+        ``slopes·z`` (the hidden pre-activations' slopes, concatenated) where given."""
+        h, hidden, start = x, [], 0
         for layer, w in enumerate(self.weights):
             h = w @ h
             if self.biases is not None:
                 h = h + self.biases[layer]
             if layer < len(self.weights) - 1:
-                h = self.activation(h)
-        return h[0]
+                hidden.append(h)
+                if slopes is None:
+                    h = self.activation(h)
+                else:
+                    h = slopes[start:start + h.shape[0]] * h
+                    start += h.shape[0]
+        return h[0], hidden
+
+    def __call__(self, x: Float[Array, " d"]) -> Float[Array, ""]:
+        return self._forward(x)[0]
+
+    def has_kinks(self) -> bool:
+        return (self.depth >= 2 and isinstance(self.activation, AbstractPiecewiseLinearActivation)
+                and self.activation.kinked)
+
+    def separable_kinks(self) -> bool:
+        return self.depth <= 2
+
+    def preactivations(self, x: Float[Array, " d"]) -> Float[Array, " m"]:
+        """Every hidden neuron's pre-activation, layer by layer: (m₁ + ⋯ + m_{L−1},)."""
+        return jnp.concatenate(self._forward(x)[1])
+
+    def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
+                           ) -> Float[Array, ""]:
+        return self._forward(x, slopes)[0]
+
+    def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        if not isinstance(self.activation, AbstractPiecewiseLinearActivation):
+            raise ValueError(f"slope_bounds: the activation {type(self.activation).__name__} "
+                             "is not piecewise linear.")
+        lo, hi = self.activation.slopes()
+        return jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi)
 
 
 __all__ = ["MLP"]

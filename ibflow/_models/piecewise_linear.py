@@ -17,11 +17,19 @@ class AbstractPiecewiseLinearModel(AbstractModel):
     parameter gradient is affine in it: this is what lets a Filippov flow choose
     ``σ'(0) = λ ∈ [lo, hi]`` per (example, neuron) pair ([THEORY §8.2][theory-8-2]).
 
-    The kink solver (``ibflow._kinks``) additionally assumes that the velocity of neuron k's
-    pre-activations depends only on neuron k's slopes (true for two-layer networks under
-    gradient, diagonal mirror and scalar-warped flows, [THEORY §8.2][theory-8-2]), so the
-    equivalent-control system splits per neuron.
+    Where the velocity of neuron k's pre-activations depends only on neuron k's slopes (true
+    for two-layer networks under gradient, diagonal mirror and scalar-warped flows,
+    [THEORY §8.2][theory-8-2]), the equivalent-control system splits per neuron
+    (`separable_kinks`). In a deeper network it does not: a kink of layer 1 changes the slopes
+    every later layer sees, so all sliding pairs enter one coupled system, which is multi-affine
+    in the slopes (a product of one slope per layer) and is solved by Newton's method.
     """
+
+    def separable_kinks(self) -> bool:
+        """Whether neuron k's pre-activations move with neuron k's slopes only (static, Python
+        bool): then the multiplier system splits into one small system per neuron. Default
+        True (one hidden layer); a deeper model returns False."""
+        return True
 
     @abc.abstractmethod
     def has_kinks(self) -> bool:
