@@ -196,6 +196,17 @@ def _mlp():
     return model, X, y, {}
 
 
+@_case("mlp-relu", "MLP ReLU depth 3 (widths 8, 8), d=10, n=10",
+       "GradientFlow() (through kinks, coupled)")
+def _mlp_relu():
+    import ibflow
+
+    X, y = _data(10, 10)
+    model = ibflow.MLP.from_scale_shape(0.5, 0.2, dim=10, widths=(8, 8),
+                                        activation=ibflow.ReLU(), bias=True, key=_key())
+    return model, X, y, {}
+
+
 @_case("linear", "LinearModel d=50, n=10", "GradientFlow()")
 def _linear():
     import jax.numpy as jnp

@@ -91,8 +91,10 @@ FLOW_OF = {"linear": "mirror", "fully-connected": "mirror-function-scaled",
 #: kink, see tests/helpers.py). The kink path (`ibflow._kinks`, one generic dynamics for every
 #: piecewise-linear model) goes through jit, vmap and grad once, on the leaky neuron under a
 #: warped flow; its limits per model are checked in tests/test_kinks.py. Each kinked program
-#: costs 25-70 s of compilation here.
-SMOOTH_PATH = {"shallow-relu", "two-layer-relu"}
+#: costs 25-70 s of compilation here: the depth-3 ReLU MLP's check through its kinks passes but
+#: takes 65 s alone (145 s on a loaded worker), so its coupled multipliers are checked under
+#: vmap (a batched solve) and grad (the sliding field's derivative) in tests/test_mlp_kinks.py.
+SMOOTH_PATH = {"shallow-relu", "two-layer-relu", "mlp-relu-depth3"}
 
 
 def test_every_model_and_every_flow_is_checked():

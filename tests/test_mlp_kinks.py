@@ -1,7 +1,8 @@
 """A depth-3 ReLU `ibflow.MLP` through its kinks (issue "Limits of any kind", item 4): the
 coupled multiplier system of a deep network (a slope of layer 1 changes what layer 2 sees, so
 the sliding pairs of all layers enter one system, multi-affine in the slopes) against a root
-solve of the hand-written field (numpy backpropagation, scipy's ``fsolve``); an interpolating
+solve of the hand-written field (numpy backpropagation, scipy's ``fsolve``), the field and
+its derivative against it, a batched solve against the loop; an interpolating
 limit reached through crossings and slides against gradient descent as its step halves; a
 flow that stops at a spurious stationary point against GD's limit loss."""
 
@@ -14,6 +15,7 @@ import scipy.optimize
 from jax.flatten_util import ravel_pytree
 
 import ibflow
+from ibflow._kinks.mode import Mode
 
 
 def _problem(seed, n=6):
@@ -32,11 +34,11 @@ def _flat(model):
     return np.asarray(ravel_pytree(eqx.filter(model, eqx.is_inexact_array))[0])
 
 
-def _numpy_zdot(W, b, X, y, slopes):
-    """ż of every hidden pair (n, 8) on the gradient-flow direction −∇L, L = ½ mean(r²), with
-    ``σ(z) = slope·z`` at every pair: the gradient by hand-written backpropagation, and
-    ``ż₂ = Ẇ₂h₁ + W₂(s₁ ⊙ ż₁) + ḃ₂`` (at a sliding pair of layer 1, ż₁ = 0 at a solution, so
-    its slope there does not matter)."""
+def _numpy_flow(W, b, X, y, slopes):
+    """The gradient-flow direction −∇L (L = ½ mean(r²)) with ``σ(z) = slope·z`` at every hidden
+    pair (n, 8), by hand-written backpropagation: ``(Ẇ, ḃ)`` per layer, and ``ż`` of every
+    pair, ``ż₂ = Ẇ₂h₁ + W₂(s₁ ⊙ ż₁) + ḃ₂`` (at a sliding pair of layer 1, ż₁ = 0 at a solution,
+    so its slope there does not matter)."""
     n = X.shape[0]
     s1, s2 = slopes[:, :4], slopes[:, 4:]
     z1 = X @ W[0].T + b[0]
@@ -46,11 +48,52 @@ def _numpy_zdot(W, b, X, y, slopes):
     r = h2 @ W[2][0] + b[2][0] - y
     d2 = r[:, None] * W[2][0][None, :] * s2  # ∂(nL)/∂z₂
     d1 = (d2 @ W[1]) * s1  # ∂(nL)/∂z₁
-    dW1, db1 = -d1.T @ X / n, -d1.sum(0) / n
-    dW2, db2 = -d2.T @ h1 / n, -d2.sum(0) / n
-    zdot1 = X @ dW1.T + db1
-    zdot2 = h1 @ dW2.T + (s1 * zdot1) @ W[1].T + db2
-    return np.concatenate([zdot1, zdot2], axis=1)
+    dW = [-d1.T @ X / n, -d2.T @ h1 / n, -(r @ h2)[None, :] / n]
+    db = [-d1.sum(0) / n, -d2.sum(0) / n, -np.array([r.sum()]) / n]
+    zdot1 = X @ dW[0].T + db[0]
+    zdot2 = h1 @ dW[1].T + (s1 * zdot1) @ W[1].T + db[1]
+    return dW, db, np.concatenate([zdot1, zdot2], axis=1)
+
+
+def _numpy_multipliers(W, b, X, y, positive, sliding):
+    """Every pair's slope: its side's (ReLU: 1 or 0), and on the sliding pairs the root of
+    ``ż = 0`` by scipy's ``fsolve`` from the box's middle."""
+    side = np.where(positive, 1.0, 0.0)
+
+    def residual(lam):
+        full = side.copy()
+        full[sliding] = lam
+        return _numpy_flow(W, b, X, y, full)[2][sliding]
+
+    lam, _, flag, message = scipy.optimize.fsolve(residual, np.full(int(sliding.sum()), 0.5),
+                                                  xtol=1e-14, full_output=True)
+    # (3: "xtol too small", at round-off; the residual is the check)
+    assert flag in (1, 3), message
+    assert np.max(np.abs(residual(lam))) <= 1e-13
+    side[sliding] = lam
+    return side, residual
+
+
+def _sliding_state():
+    """Seed 0's problem with biases that put exactly three pairs at z = 0: example 0 on
+    neuron 1 of layer 1 and neuron 2 of layer 2, example 3 on neuron 0 of layer 1. Returns
+    the dynamics, its state, the sides and the sliding set (the three pairs)."""
+    model, X, y = _problem(0)
+    W = [np.asarray(w) for w in model.weights]
+    Xn = np.asarray(X)
+    b1 = np.array([-(W[0] @ Xn[3])[0], -(W[0] @ Xn[0])[1], 0.3, -0.2])
+    h1 = np.maximum(Xn[0] @ W[0].T + b1, 0.0)
+    b2 = np.array([0.1, -0.1, -(W[1] @ h1)[2], 0.2])
+    model = eqx.tree_at(lambda m: m.biases, model,
+                        tuple(jnp.asarray(v) for v in (b1, b2, np.array([0.05]))))
+    dyn = ibflow.ParameterSpace().dynamics(model, X, y, ibflow.GradientFlow(),
+                                           ibflow.SquareLoss())
+    state = dyn.initial_state()
+    z = np.asarray(dyn.preactivations(state))
+    sliding = np.zeros(z.shape, bool)
+    sliding[0, 1] = sliding[3, 0] = sliding[0, 6] = True
+    assert np.all(np.abs(z[sliding]) <= 1e-15) and np.all(np.abs(z[~sliding]) > 1e-3)
+    return dyn, state, z > 0, sliding
 
 
 def test_coupled_multipliers_solve_the_hand_written_system():
@@ -59,63 +102,48 @@ def test_coupled_multipliers_solve_the_hand_written_system():
     of layer 1. The biases put exactly these pairs at z = 0. ibflow's multipliers (Newton on the
     coupled system) must solve ż = 0 on them as scipy's ``fsolve`` does on the numpy field, and
     leave every other slope at its side's."""
-    model, X, y = _problem(0)
-    W = [np.asarray(w) for w in model.weights]
-    Xn = np.asarray(X)
-    b1 = np.array([-(W[0] @ Xn[3])[0], -(W[0] @ Xn[0])[1], 0.3, -0.2])
-    h1 = np.maximum(Xn[0] @ W[0].T + b1, 0.0)
-    b2 = np.array([0.1, -0.1, -(W[1] @ h1)[2], 0.2])
-    b = [b1, b2, np.array([0.05])]
-    model = eqx.tree_at(lambda m: m.biases, model, tuple(jnp.asarray(v) for v in b))
-    dyn = ibflow.ParameterSpace().dynamics(model, X, y, ibflow.GradientFlow(),
-                                           ibflow.SquareLoss())
-    state = dyn.initial_state()
-    z = np.asarray(dyn.preactivations(state))
-    sliding = np.zeros(z.shape, bool)
-    sliding[0, 1] = sliding[3, 0] = sliding[0, 6] = True
-    assert np.all(np.abs(z[sliding]) <= 1e-15) and np.all(np.abs(z[~sliding]) > 1e-3)
-    positive = z > 0
+    dyn, state, positive, sliding = _sliding_state()
+    W = [np.asarray(w) for w in dyn.initial.weights]
+    b = [np.asarray(v) for v in dyn.initial.biases]
     slopes, ok, stiffness = eqx.filter_jit(lambda d, s, p, q: d.slopes(s, p, q))(
         dyn, state, jnp.asarray(positive), jnp.asarray(sliding))
     assert bool(ok)
-
-    side = np.where(positive, 1.0, 0.0)
-
-    def residual(lam):
-        full = side.copy()
-        full[sliding] = lam
-        return _numpy_zdot(W, b, Xn, np.asarray(y), full)[sliding]
-
-    lam, info, flag, message = scipy.optimize.fsolve(residual, np.full(3, 0.5), xtol=1e-14,
-                                                     full_output=True)
-    assert flag == 1, message
-    assert np.max(np.abs(residual(lam))) <= 1e-14
+    expected, residual = _numpy_multipliers(W, b, np.asarray(dyn.X), np.asarray(dyn.y),
+                                            positive, sliding)
     slopes = np.asarray(slopes)
-    np.testing.assert_allclose(slopes[sliding], lam, rtol=1e-10, atol=1e-12)
-    np.testing.assert_array_equal(slopes[~sliding], side[~sliding])
+    np.testing.assert_allclose(slopes[sliding], expected[sliding], rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(slopes[~sliding], expected[~sliding])
     # The system is not affine here: the multipliers differ from one linear solve at the
     # box's middle (what a separable model's single step would give) by far more than 1e-10.
-    middle = side.copy()
-    middle[sliding] = 0.5
     jac = scipy.optimize.approx_fprime(np.full(3, 0.5), residual, 1e-7)
     one_step = 0.5 - np.linalg.solve(jac, residual(np.full(3, 0.5)))
-    assert np.max(np.abs(one_step - lam)) > 1e-4
+    assert np.max(np.abs(one_step - expected[sliding])) > 1e-4
     assert np.all(np.asarray(stiffness)[~sliding] == 0)
 
 
-def _gd(model, X, y, eta, steps):
+@eqx.filter_jit
+def _gd_steps(model, X, y, eta, steps):
+    """`steps` full-batch GD steps of size `eta` on ``L = ½ mean(r²)`` (one compiled loop for
+    every step size)."""
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    theta0, unravel = ravel_pytree(params)
 
-    def loss(t):
-        return 0.5 * jnp.mean((jax.vmap(eqx.combine(unravel(t), static))(X) - y) ** 2)
+    def loss(p):
+        return 0.5 * jnp.mean((jax.vmap(eqx.combine(p, static))(X) - y) ** 2)
 
-    @jax.jit
-    def run(theta):
-        return jax.lax.fori_loop(0, steps, lambda _, t: t - eta * jax.grad(loss)(t), theta)
+    end = jax.lax.fori_loop(0, steps, lambda _, p: jax.tree_util.tree_map(
+        lambda a, g: a - eta * g, p, jax.grad(loss)(p)), params)
+    return end, loss(end)
 
-    theta = run(theta0)
-    return np.asarray(theta), float(loss(theta))
+
+def _gd(model, X, y, eta, steps):
+    end, loss = _gd_steps(model, X, y, jnp.asarray(eta), jnp.asarray(steps))
+    return _flat(end), float(loss)
+
+
+def _integrate(model, X, y):
+    # Every solve here (and tests/test_mlp.py's ReLU MLP) has these shapes and options: one
+    # compiled program, shared through the run's compilation cache.
+    return ibflow.integrate(model, X, y, throw=False)
 
 
 def test_depth3_relu_limit_is_gradient_descents_as_its_step_halves():
@@ -127,7 +155,7 @@ def test_depth3_relu_limit_is_gradient_descents_as_its_step_halves():
     the halving is the check. A wrong multiplier or a missed switch moves the limit by far
     more than these distances."""
     model, X, y = _problem(13)
-    sol = ibflow.integrate(model, X, y)
+    sol = _integrate(model, X, y)
     assert sol.status == ibflow.Status.converged
     kinks = sol.kinks
     assert int(kinks.switches) >= 5 and int(kinks.slides) >= 1
@@ -149,7 +177,7 @@ def test_depth3_relu_spurious_stationary_point_is_gradient_descents():
     a few hundred steps (the budget is 100 000). GD runs to the same point: its loss agrees to
     1e-8 relative, its parameters at first order in the step."""
     model, X, y = _problem(2)
-    sol = ibflow.integrate(model, X, y, throw=False)
+    sol = _integrate(model, X, y)
     assert sol.status == ibflow.Status.stationary, ibflow.Status[sol.status]
     assert int(sol.steps) < 2000
     loss = float(sol.loss)
@@ -161,6 +189,66 @@ def test_depth3_relu_spurious_stationary_point_is_gradient_descents():
         assert abs(loss_gd - loss) <= 1e-8 * loss, (eta, loss_gd, loss)
         distances.append(np.linalg.norm(theta - limit))
     assert distances[1] < 0.6 * distances[0], distances
+
+
+def test_coupled_flow_under_vmap_is_the_loop():
+    """Two initializations (seed 13's and one 2 % larger) through their kinks in one batched
+    solve: the members slide at different times, and the coupled system's size is chosen for
+    the batch. Each member ends where its own solve does."""
+    model, X, y = _problem(13)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def run(k):
+        return _integrate(eqx.combine(jax.tree_util.tree_map(lambda a: k * a, params), static),
+                          X, y)
+
+    factors = jnp.array([1.0, 1.02])
+    batched = eqx.filter_jit(eqx.filter_vmap(run))(factors)
+    for i, k in enumerate(factors):
+        sol = run(k)
+        assert int(batched.status._value[i]) == int(sol.status._value)
+        assert sol.status == ibflow.Status.converged
+        assert int(batched.kinks.switches[i]) == int(sol.kinks.switches) >= 5
+        one = _flat(sol.model)
+        member = _flat(jax.tree_util.tree_map(
+            lambda a, i=i: a[i], batched.model))
+        assert np.linalg.norm(member - one) <= 1e-8 * np.linalg.norm(one)
+
+
+def test_coupled_sliding_field_and_its_derivative_are_the_hand_written_ones():
+    """The field in a mode where pairs of one example slide in both hidden layers, its
+    multipliers from the coupled Newton solve (which depend on the state), against the numpy
+    field with scipy's multipliers; and ``jax.grad`` of a projection of it against central
+    differences of that numpy field in every parameter direction. (Off the kinks, the mode's
+    field takes the residuals with the mode's slopes, ``σ(z) → λz``: the smooth continuation
+    of the field on the sliding manifold, which is what the solver differentiates.)"""
+    dyn, state, positive, sliding = _sliding_state()
+    mode = Mode(positive=jnp.asarray(positive), sliding=jnp.asarray(sliding),
+                offset=jnp.zeros(positive.shape), live=jnp.array(True))
+    weights = np.asarray(jax.random.normal(jax.random.key(5), state.shape))
+    X, y = np.asarray(dyn.X), np.asarray(dyn.y)
+    unravel = ravel_pytree(eqx.filter(dyn.initial, eqx.is_inexact_array))[1]
+
+    def reference(flat):
+        model = unravel(jnp.asarray(flat))
+        W = [np.asarray(w) for w in model.weights]
+        b = [np.asarray(v) for v in model.biases]
+        slopes, _ = _numpy_multipliers(W, b, X, y, positive, sliding)
+        dW, db, _ = _numpy_flow(W, b, X, y, slopes)
+        return np.concatenate([a.ravel() for a in (*dW, *db)])
+
+    @jax.jit
+    def field(s):
+        return dyn.vector_field(0.0, s, mode)
+
+    theta = np.asarray(state)
+    np.testing.assert_allclose(np.asarray(field(state)), reference(theta), rtol=1e-10,
+                               atol=1e-13)
+    grad = np.asarray(jax.grad(lambda s: jnp.dot(weights, field(s)))(state))
+    h = 1e-6
+    fd = np.array([weights @ (reference(theta + h * e) - reference(theta - h * e)) / (2 * h)
+                   for e in np.eye(theta.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7 * np.max(np.abs(fd)))
 
 
 @pytest.mark.parametrize("activation", [ibflow.Tanh(), ibflow.ReLU()])

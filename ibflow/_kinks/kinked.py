@@ -47,7 +47,7 @@ _NEUTRAL_DRIFT = 1e-6
 #: slopes, `AbstractKinkedDynamics._solve_slopes`), and the largest last step, in units of
 #: ``hi − lo``, of a solution that counts as converged (quadratic convergence: the error left
 #: is about its square).
-_COUPLED_ROUNDS = 4
+_COUPLED_ROUNDS = 6
 _COUPLED_STEP = 1e-6
 #: The most a transition's early switches of imminent pairs may move the state, in the error
 #: norm of an accepted step (`AbstractKinkedDynamics._imminent`).
@@ -158,7 +158,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         _, along = jax.linearize(lambda s: self.unit_speed_field(state, s), at)
 
         def project(u):
-            drive = jax.jvp(self.preactivations, (state,), (u,))[1]
+            drive = self._zdot(state, at, u)
             slopes, ok, _ = _traced_once(self, state, mode.positive, mode.sliding, drive, at)
             return jnp.where(ok, u + along(jnp.where(mode.sliding, slopes - at, 0.0)), u)
 
@@ -183,8 +183,17 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         lo, hi = self._bounds()
         return jnp.where(hi > lo, hi - lo, 1.0)
 
-    def _zdot(self, state, slopes):
-        return jax.jvp(self.preactivations, (state,), (self.unit_speed_field(state, slopes),))[1]
+    def preactivations_at(self, state, slopes) -> Float[Array, "n m"]:
+        """`preactivations` computed with ``σ(z) → slopes·z`` (equal to them where the slopes
+        are the mode's; only their derivative differs, in a model whose later layers see
+        earlier kinks: `AbstractPiecewiseLinearModel.preactivations_with_slopes`)."""
+        return self.preactivations(state)
+
+    def _zdot(self, state, slopes, direction=None):
+        """The pre-activations' velocity on `direction` (default: the field's direction at
+        `slopes`), differentiated at the mode's `slopes`."""
+        direction = self.unit_speed_field(state, slopes) if direction is None else direction
+        return jax.jvp(lambda s: self.preactivations_at(s, slopes), (state,), (direction,))[1]
 
     def slope_response(self, state, base, index, mask):
         """The pre-activations' velocity on the field's direction at the slopes `base`, and
