@@ -45,6 +45,3 @@ class PiecewiseLinearDynamics(AbstractKinkedDynamics, ParameterDynamics):
 
     def preactivations(self, state) -> Float[Array, "n m"]:
         return jax.vmap(self.model(state).preactivations)(self.X)
-
-    def preactivations_at(self, state, slopes) -> Float[Array, "n m"]:
-        return jax.vmap(self.model(state).preactivations_with_slopes)(self.X, slopes)

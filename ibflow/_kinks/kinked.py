@@ -44,11 +44,16 @@ _LOCATED = 1e-8
 #: A neutral sliding pair whose ż exceeds this fraction of the largest |ż| leaves its kink.
 _NEUTRAL_DRIFT = 1e-6
 #: Newton iterations on a coupled multiplier system (a deep network's: multi-affine in the
-#: slopes, `AbstractKinkedDynamics._solve_slopes`), and the largest last step, in units of
-#: ``hi − lo``, of a solution that counts as converged (quadratic convergence: the error left
-#: is about its square).
+#: slopes, `AbstractKinkedDynamics._newton`); a solution counts as converged where its last
+#: step is at most `_COUPLED_STEP` (in units of ``hi − lo``; quadratic convergence: the error
+#: left is about its square) or its ż on the sliding pairs at most `_COUPLED_RESIDUAL` of ż at
+#: the box's middle.
 _COUPLED_ROUNDS = 6
 _COUPLED_STEP = 1e-6
+_COUPLED_RESIDUAL = 1e-3
+#: The first Newton step is the answer where it leaves ż on the sliding pairs below this
+#: fraction of the start's (an affine system: no example slides in two layers).
+_AFFINE_RESIDUAL = 1e-9
 #: The most a transition's early switches of imminent pairs may move the state, in the error
 #: norm of an accepted step (`AbstractKinkedDynamics._imminent`).
 CLUSTER_ERROR = 0.5
@@ -183,17 +188,16 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         lo, hi = self._bounds()
         return jnp.where(hi > lo, hi - lo, 1.0)
 
-    def preactivations_at(self, state, slopes) -> Float[Array, "n m"]:
-        """`preactivations` computed with ``σ(z) → slopes·z`` (equal to them where the slopes
-        are the mode's; only their derivative differs, in a model whose later layers see
-        earlier kinks: `AbstractPiecewiseLinearModel.preactivations_with_slopes`)."""
-        return self.preactivations(state)
-
     def _zdot(self, state, slopes, direction=None):
         """The pre-activations' velocity on `direction` (default: the field's direction at
-        `slopes`), differentiated at the mode's `slopes`."""
+        `slopes`). In a deep model a later layer's ż holds ``σ'(z)·ż`` of the pairs before it,
+        with autodiff's σ' at a sliding pair's z ≈ 0: its ż is 0 at the multipliers, so the
+        slope there does not matter (taking the multiplier instead gives the same roots but a
+        more nonlinear system, on which Newton failed more often: of 16 random depth-3
+        students, 5 ended degenerate or stalled against 2, before `_newton`'s residual
+        test)."""
         direction = self.unit_speed_field(state, slopes) if direction is None else direction
-        return jax.jvp(lambda s: self.preactivations_at(s, slopes), (state,), (direction,))[1]
+        return jax.jvp(self.preactivations, (state,), (direction,))[1]
 
     def slope_response(self, state, base, index, mask):
         """The pre-activations' velocity on the field's direction at the slopes `base`, and
@@ -233,11 +237,16 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
     def _newton(self, state, base, sliding, rows):
         """A coupled system's multipliers: ż is multi-affine in the slopes (a product of the
         slopes of one example's pairs in different layers), so `equivalent_control`'s one
-        linear solve is a Newton step. `_COUPLED_ROUNDS` of them from the box's middle (a
-        loop of static length: reverse-differentiable; at the root Newton's map has zero
-        derivative in λ, so the derivative is the implicit function's), ``ok`` only where the
-        last one was below `_COUPLED_STEP` (converged). One sliding pair (`rows` 1): ż is
-        affine in its slope, one step is exact."""
+        linear solve is a Newton step from the box's middle. Where no example slides in two
+        layers ż is affine in them and that step is exact: its ż on the sliding pairs is
+        below `_AFFINE_RESIDUAL` of the start's, and it is the answer. Otherwise (a branch,
+        taken by a whole vmapped batch) `_COUPLED_ROUNDS` more steps (a loop of static
+        length: reverse-differentiable; at the root Newton's map has zero derivative in λ, so
+        the derivative is the implicit function's). ``ok`` only where it converged: a last
+        step below `_COUPLED_STEP`, or ż on the sliding pairs that respond to their slopes
+        (stiffness ≠ 0) below `_COUPLED_RESIDUAL` of the start's (late in a flow, ż ~ 1e-13,
+        round-off leaves it at ~1e-17 and the steps bounce at ~1e-5; a system with no root
+        keeps it at its start's order). One sliding pair (`rows` 1): one step is exact."""
         grouped = self._grouped(sliding)
 
         def step(at):
@@ -248,14 +257,27 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         if rows == 1:
             return step(base)
 
+        def rest(at, stiffness):
+            return jnp.max(jnp.where(sliding & (stiffness != 0),
+                                     jnp.abs(self._zdot(state, at)), 0.0))
+
         def round_(_, carry):
             at, ok, _, _ = carry
             slopes, fine, stiffness = step(at)
             return slopes, ok & fine, stiffness, jnp.max(jnp.abs(slopes - at))
 
-        start = (base, jnp.array(True), jnp.zeros_like(base), jnp.zeros(()))
-        slopes, ok, stiffness, last = jax.lax.fori_loop(0, _COUPLED_ROUNDS, round_, start)
-        return slopes, ok & (last <= _COUPLED_STEP * self._span()), stiffness
+        first = step(base)
+        start = rest(base, first[2])
+        affine = rest(first[0], first[2]) <= _AFFINE_RESIDUAL * start
+
+        def iterate():
+            slopes, ok, stiffness, last = jax.lax.fori_loop(
+                0, _COUPLED_ROUNDS, round_, (*first, jnp.zeros(())))
+            converged = (last <= _COUPLED_STEP * self._span()) | (
+                rest(slopes, stiffness) <= _COUPLED_RESIDUAL * start)
+            return slopes, ok & converged, stiffness
+
+        return jax.lax.cond(eqxi.unvmap_all(affine), lambda: first, iterate)
 
     def _solve_slopes(self, state, positive, sliding, drive=None, at=None):
         """The multipliers (`slopes`); with `drive` (n, m), those that cancel `drive` in

@@ -138,10 +138,6 @@ class MLP(AbstractPiecewiseLinearModel):
         """Every hidden neuron's pre-activation, layer by layer: (m₁ + ⋯ + m_{L−1},)."""
         return jnp.concatenate(self._forward(x)[1])
 
-    def preactivations_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
-                                   ) -> Float[Array, " m"]:
-        return jnp.concatenate(self._forward(x, slopes)[1])
-
     def output_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
                            ) -> Float[Array, ""]:
         return self._forward(x, slopes)[0]

@@ -25,16 +25,6 @@ class AbstractPiecewiseLinearModel(AbstractModel):
     in the slopes (a product of one slope per layer) and is solved by Newton's method.
     """
 
-    def preactivations_with_slopes(self, x: Float[Array, " d"], slopes: Float[Array, " m"]
-                                   ) -> Float[Array, " m"]:
-        """`preactivations` with ``σ(zⱼ)`` replaced by ``slopesⱼ·zⱼ`` in the layers before
-        them (as `output_with_slopes`): equal to them where the slopes are the model's own,
-        with the parameter derivative of those slopes (on a sliding pair, its multiplier: the
-        field's smooth continuation on the sliding manifold). Default: `preactivations` (one
-        hidden layer: no slope comes before a pre-activation)."""
-        del slopes
-        return self.preactivations(x)
-
     def separable_kinks(self) -> bool:
         """Whether neuron k's pre-activations move with neuron k's slopes only (static, Python
         bool): then the multiplier system splits into one small system per neuron. Default
