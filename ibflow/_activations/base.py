@@ -3,6 +3,7 @@
 import abc
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -34,6 +35,16 @@ class AbstractPiecewiseLinearActivation(AbstractActivation):
     def __call__(self, z):
         left, right = self.slopes()
         return jnp.where(z >= 0, right * z, left * z)
+
+
+def slope_bounds(activation) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """``(lo, hi)``: a piecewise-linear activation's slopes on z < 0 and z > 0, held constant
+    (untrained, no gradient); a ValueError for any other activation."""
+    if not isinstance(activation, AbstractPiecewiseLinearActivation):
+        raise ValueError(f"slope_bounds: the activation {type(activation).__name__} "
+                         "is not piecewise linear.")
+    lo, hi = activation.slopes()
+    return jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi)
 
 
 def check_activation(activation, owner: str) -> None:

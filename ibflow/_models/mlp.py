@@ -10,6 +10,7 @@ from .._activations.base import (
     AbstractActivation,
     AbstractPiecewiseLinearActivation,
     check_activation,
+    slope_bounds,
 )
 from ._init import checked_scale_shape
 from .piecewise_linear import AbstractPiecewiseLinearModel
@@ -143,11 +144,7 @@ class MLP(AbstractPiecewiseLinearModel):
         return self._forward(x, slopes)[0]
 
     def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        if not isinstance(self.activation, AbstractPiecewiseLinearActivation):
-            raise ValueError(f"slope_bounds: the activation {type(self.activation).__name__} "
-                             "is not piecewise linear.")
-        lo, hi = self.activation.slopes()
-        return jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi)
+        return slope_bounds(self.activation)
 
 
 __all__ = ["MLP"]

@@ -10,6 +10,7 @@ from .._activations.base import (
     AbstractActivation,
     AbstractPiecewiseLinearActivation,
     check_activation,
+    slope_bounds,
 )
 from .._activations.relu import Identity
 from ._init import checked_scale_shape, layer_norms
@@ -98,11 +99,7 @@ class TwoLayerNet(AbstractInvariantModel, AbstractPiecewiseLinearModel):
         return jnp.dot(self.second, slopes * self.preactivations(x))
 
     def slope_bounds(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        if not isinstance(self.activation, AbstractPiecewiseLinearActivation):
-            raise ValueError(f"slope_bounds: the activation {type(self.activation).__name__} "
-                             "is not piecewise linear.")
-        lo, hi = self.activation.slopes()
-        return jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi)
+        return slope_bounds(self.activation)
 
     def invariants(self) -> dict[str, Float[Array, " m"]]:
         b2 = 0.0 if self.bias is None else self.bias**2
