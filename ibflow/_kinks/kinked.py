@@ -140,13 +140,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         tests/test_stationary_kinks.py takes 12 727 steps instead of < 5 000). ``args``
         None: at the initial mode of `state`."""
         mode = self.initial_mode(state) if args is None else args
-        low_rank = self.gauss_newton(c, state, self._mode_slopes(state, mode))
+        slopes = self._mode_slopes(state, mode)
+        low_rank = self.gauss_newton(c, state, slopes)
         if low_rank is not None and args is not None:  # (its shape is the unprojected one's)
-            low_rank = self._on_sliding_set(state, mode, low_rank)
+            low_rank = self._on_sliding_set(state, mode, low_rank, slopes)
         return gated(low_rank, lambda s: self.vector_field(c, s, mode), state, self.loss(state),
                      self.loss_fn(jnp.zeros_like(self.y), self.y), live=mode.live)
 
-    def _on_sliding_set(self, state, mode, low_rank):
+    def _on_sliding_set(self, state, mode, low_rank, slopes):
         """The Gauss–Newton form ``−U V`` with U projected by the equivalent control,
         ``U ← Π U``, ``Π = I − B (P B)⁻¹ P`` (P: the sliding pairs' ż of a direction, B: the
         direction's response to their slopes; per neuron, as the multipliers). The field keeps
@@ -156,10 +157,10 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         step: sliding pre-activations drifted to ~5e-12 over the tail of a ReLU student, whose
         example with ``y = 0`` then kept a residual ``Σ aⱼ zⱼ ≈ 1e-11`` (a loss floor 6× the
         target). With ``P Π = 0``, ``P (I − c Π F')⁻¹ = P``: chord corrections keep ż = 0."""
-        # B at the mode's multipliers: the base slopes where the direction is affine in them
-        # (separable), the solved ones where it is multi-affine (coupled).
-        at = (self._base_slopes(mode.positive, mode.sliding) if self._separable()
-              else self._mode_slopes(state, mode))
+        # B at the mode's multipliers (`slopes`, solved once by `linearization`): the base
+        # slopes where the direction is affine in them (separable), the solved ones where it is
+        # multi-affine (coupled).
+        at = self._base_slopes(mode.positive, mode.sliding) if self._separable() else slopes
         _, along = jax.linearize(lambda s: self.unit_speed_field(state, s), at)
 
         def project(u):
