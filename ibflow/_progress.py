@@ -43,6 +43,12 @@ def line(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def lines(progress: bool):
+    """`line` where `progress` (``--progress``, or stderr is a terminal), else a function that
+    prints nothing: the progress lines of a long reproduction."""
+    return line if progress else (lambda text: None)
+
+
 def compiling(what: str) -> None:
     """One line on stderr before a long first call (tracing and XLA compilation)."""
     line(f"ibflow: compiling {what} (first call for these shapes and options; later calls, "

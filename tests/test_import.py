@@ -89,3 +89,36 @@ def test_public_names_resolve_and_unknown_names_raise():
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         ibflow.no_such_name  # noqa: B018
     assert ibflow.FlowError.__module__ == "ibflow"
+
+
+_CODEGEN = """
+import json, os
+import ibflow
+import jax, jax.numpy as jnp
+text = jax.jit(lambda x: jnp.sum(jnp.abs(x) * x, axis=1)).lower(
+    jnp.ones((6, 3, 1024))).compile().as_text()
+print(json.dumps({"flags": os.environ.get("XLA_FLAGS", ""), "ynn": "__ynn_fusion" in text}))
+"""
+
+
+@pytest.mark.parametrize("env, added", [
+    ({}, True),  # added: the reduction is XLA's own
+    ({"IBFLOW_XLA_FLAGS": "0"}, False),  # opted out: XLA's default (a YNNPACK fusion)
+    ({"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=eltwise"}, False),  # the user's own
+])
+def test_cpu_codegen_flag(env, added, monkeypatch):
+    """`import ibflow` adds `ibflow.CPU_CODEGEN_FLAG` to XLA_FLAGS before JAX starts its
+    backend, and XLA compiles by it; not with ``IBFLOW_XLA_FLAGS=0``, nor over the user's own
+    setting of the same option."""
+    import ibflow
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.delenv("IBFLOW_XLA_FLAGS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = _fresh(_CODEGEN)
+    assert (ibflow.CPU_CODEGEN_FLAG in result["flags"]) == added
+    if "XLA_FLAGS" in env:
+        assert result["flags"] == env["XLA_FLAGS"]  # kept as the user set it
+    else:
+        assert result["ynn"] == (not added)

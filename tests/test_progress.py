@@ -86,3 +86,14 @@ def test_bars_follow_the_stream_unless_forced(monkeypatch):
     bar.update(3)
     bar.close()
     assert "sweep: exact" in sys.stderr.getvalue() and "3/3" in sys.stderr.getvalue()
+
+
+def test_progress_lines_only_where_asked(capsys):
+    """A long reproduction's progress lines (`_progress.lines`) reach stderr where progress is
+    on (``--progress``, or a terminal) and nowhere otherwise."""
+    from ibflow._progress import lines
+
+    lines(False)("  width 64: 6 of 6 flows converged")
+    assert capsys.readouterr() == ("", "")
+    lines(True)("  width 64: 6 of 6 flows converged")
+    assert capsys.readouterr() == ("", "  width 64: 6 of 6 flows converged\n")

@@ -11,8 +11,13 @@ Data ([THEORY §6][theory-6] item 4 leaves it open): four (mirror-relu) or three
     in
 [−1, 1], p_B = Unif(−2, 2),
 ``a(0) = d(0) = 0``, learning rate ``η₀/n`` with η₀ = 1, ``SquareLoss`` (a mean: only rescales
-time). The three potentials are stacked `PolynomialPotential`s and several seeds are vmapped, so
-each width compiles one `integrate`. Widths are integrated with the explicit solver only (the
+time). The three potentials × several seeds of one width run as one compiled program that
+integrates its members one after the other (``lax.map``), each with its own steps. (A ``vmap``
+of them compiles once too, but on the CPU a batched Tsit5 step of these small-data flows costs
+more than its members' steps alone: 6 width-1024 flows took 978 µs per batched step where one
+alone takes 61 µs, benchmarks/results/vmapped_steps.md; and a batch runs for its slowest
+member.) The widths' programs compile on two threads while later widths are traced
+(`width_study`). Widths are integrated with the explicit solver only (the
 state has 3n+1 entries) to ``L ≤ 1e-12 · mean(y²)/2``; members that do not converge are
 excluded from the fits and counted in ``converged_fraction``.
 
@@ -28,6 +33,7 @@ is why the data are few, well-spread points.
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import equinox as eqx
@@ -37,7 +43,7 @@ import numpy as np
 
 import ibflow
 
-from .._progress import line
+from .._progress import line, lines
 
 X_DATA = np.array([-0.8, -0.3, 0.2, 0.7])
 Y_DATA = np.array([0.2, -0.1, 0.1, 0.3])
@@ -56,12 +62,14 @@ RELU_SMALL_WIDTHS = [16, 32]
 #: Widths from which the flows are integrated as smooth (``ParameterSpace(kinks=False)``): in
 #: the lazy regime no kink reaches a data point (a width-256 flow makes no switch), and the
 #: kink path's segment loop, which evaluates the multiplier system at every step, costs many
-#: times the smooth solve under these vmapped batches.
+#: times the smooth solve.
 SMOOTH_FROM_WIDTH = 64
 
 
 def _formulation(width: int) -> ibflow.ParameterSpace:
     return ibflow.ParameterSpace(kinks=width < SMOOTH_FROM_WIDTH)
+#: Widths compiled at once (`width_study`): the project's CPU has two cores.
+COMPILE_THREADS = 2
 SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
 
 
@@ -76,16 +84,15 @@ def _target(y):
     return RELATIVE_TARGET * 0.5 * float(np.mean(np.asarray(y) ** 2))
 
 
-def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
-    """Mirror flow for the three potentials × `seeds` initializations at one width (one compile).
-
-    Returns ``(outputs on EVAL_GRID (potentials, seeds, G), statuses (potentials, seeds),
-    max_k |Δθ| (potentials, seeds))``.
-    """
+def lower_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
+    """The program of `train_width`, traced and lowered, not compiled: ``(lowered, args)``,
+    where ``lowered.compile()(*args)`` runs it and `width_results` reads its output."""
     key = jax.random.key(width) if key is None else key
-    nets = eqx.filter_vmap(lambda k: ibflow.ShallowNet.init(
-        width, activation=activation, bias=BIAS, key=k))(jax.random.split(key, seeds))
-    coeffs = jnp.array(list(POTENTIALS.values()))
+    # One compiled program for the nets (eager vmapped ops compile one small program each:
+    # ten of them took 0.9 s per width).
+    nets = eqx.filter_jit(eqx.filter_vmap(lambda k: ibflow.ShallowNet.init(
+        width, activation=activation, bias=BIAS, key=k)))(jax.random.split(key, seeds))
+    coeffs = np.array(list(POTENTIALS.values()))
     scaling = ibflow.WidthScaled(float(width)) if scaled else ibflow.Unscaled()
     X, y = jnp.asarray(data[0])[:, None], jnp.asarray(data[1])
 
@@ -93,14 +100,64 @@ def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, 
         flow = ibflow.MirrorFlow(ibflow.PolynomialPotential(c[0], c[1], c[2]), scaling=scaling,
                                  learning_rate=1.0 / width)
         sol = ibflow.integrate(net, X, y, flow=flow, target_loss=_target(data[1]),
-                        formulation=_formulation(width), **SOLVE)
+                               formulation=_formulation(width), **SOLVE)
         moved = jnp.max(jnp.abs(jnp.concatenate([sol.model.a - net.a, sol.model.b - net.b,
                                                  sol.model.w - net.w])))
-        return jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)), sol.status, moved
+        return (jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)),
+                sol.status == ibflow.Status.converged, moved)
 
-    run = jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))
-    outputs, status, moved = run(coeffs, nets)
-    return np.asarray(outputs), np.asarray(status == ibflow.Status.converged), np.asarray(moved)
+    # Member p·seeds + s: potential p, net s; one after the other (module docstring).
+    potentials = coeffs.shape[0]
+    cs = np.repeat(coeffs, seeds, axis=0)
+    arrays, static = eqx.partition(nets, eqx.is_array)
+
+    def program(cs, arrays):
+        tiled = jax.tree_util.tree_map(
+            lambda a: jnp.tile(a, (potentials,) + (1,) * (a.ndim - 1)), arrays)
+        out = jax.lax.map(lambda m: one(m[0], eqx.combine(m[1], static)), (cs, tiled))
+        return jax.tree_util.tree_map(
+            lambda a: a.reshape((potentials, seeds) + a.shape[1:]), out)
+
+    return jax.jit(program).lower(cs, arrays), (cs, arrays)
+
+
+def _lower_shifted(width: int, ys):
+    """Gradient flow of one ReLU net (key 1234) on each label set of `ys`, one after the other
+    (module docstring), traced and lowered: ``(lowered, args)``; the program returns the nets'
+    outputs on EVAL_GRID and whether each converged."""
+    net = eqx.filter_jit(lambda k: ibflow.ShallowNet.init(
+        width, activation="relu", bias=BIAS, key=k))(jax.random.key(1234))
+    arrays, static = eqx.partition(net, eqx.is_array)
+    X = X_DATA[:, None]
+
+    def program(arrays, ys):
+        def one(yy):
+            sol = ibflow.integrate(eqx.combine(arrays, static), X, yy,
+                                   flow=ibflow.GradientFlow(), target_loss=_target(Y_DATA),
+                                   formulation=_formulation(width), **SOLVE)
+            return (jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)),
+                    sol.status == ibflow.Status.converged)
+
+        return jax.lax.map(one, ys)
+
+    return jax.jit(program).lower(arrays, ys), (arrays, ys)
+
+
+def width_results(out):
+    """`train_width`'s result from its program's output."""
+    return tuple(np.asarray(a) for a in out)
+
+
+def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
+    """Mirror flow for the three potentials × `seeds` initializations at one width (one compile,
+    the members integrated one after the other: module docstring).
+
+    Returns ``(outputs on EVAL_GRID (potentials, seeds, G), converged (potentials, seeds),
+    max_k |Δθ| (potentials, seeds))``.
+    """
+    lowered, args = lower_width(width, activation=activation, scaled=scaled, seeds=seeds,
+                                data=data, key=key)
+    return width_results(lowered.compile()(*args))
 
 
 def fit_slope(widths, errors):
@@ -108,27 +165,38 @@ def fit_slope(widths, errors):
     return float(slope), float(intercept)
 
 
-def width_study(*, activation: str, scaled: bool, widths, seeds, references, data):
+def width_study(*, activation: str, scaled: bool, widths, seeds, references, data, say=line):
     """L∞ errors ``(W, potentials, seeds)`` against `references` (potentials, G), NaN where a run
-    did not converge, plus the L∞ distance between the trained nets of different potentials."""
+    did not converge, plus the L∞ distance between the trained nets of different potentials.
+    `say`: where the progress lines go (one per width)."""
     errors = np.full((len(widths), len(POTENTIALS), seeds), np.nan)
     between = np.zeros(len(widths))
     converged = np.zeros((len(widths), len(POTENTIALS), seeds), dtype=bool)
     moved = np.zeros(len(widths))
-    for i, n in enumerate(widths):
-        start = time.perf_counter()
-        out, ok, mv = train_width(n, activation=activation, scaled=scaled, seeds=seeds,
-                                  data=data, key=jax.random.key(n))
-        # Progress, as each width ends (a compile and a vmapped solve each).
-        line(f"  width {n}: {int(ok.sum())} of {ok.size} flows converged, "
-             f"{time.perf_counter() - start:.1f} s")
-        if i == len(widths) - 1:
-            last = out
-        err = np.max(np.abs(out - references[:, None, :]), axis=-1)
-        errors[i] = np.where(ok, err, np.nan)
-        converged[i] = ok
-        between[i] = np.max(np.abs(out[:, None] - out[None, :]))
-        moved[i] = np.max(mv)
+    # Each width's program is compiled on one of `COMPILE_THREADS` threads (XLA's compiler runs
+    # outside Python's lock) as soon as it is traced, while later widths are traced and earlier
+    # ones run.
+    start = time.perf_counter()
+    with ThreadPoolExecutor(COMPILE_THREADS) as pool:
+        programs, compiled = [], []
+        for n in widths:
+            programs.append(lower_width(n, activation=activation, scaled=scaled, seeds=seeds,
+                                        data=data, key=jax.random.key(n)))
+            compiled.append(pool.submit(programs[-1][0].compile))
+        say(f"  traced {len(widths)} widths, {time.perf_counter() - start:.1f} s")
+        for i, n in enumerate(widths):
+            start = time.perf_counter()
+            out, ok, mv = width_results(compiled[i].result()(*programs[i][1]))
+            # Progress, as each width ends (the wait for its compile, then its flows).
+            say(f"  width {n}: {int(ok.sum())} of {ok.size} flows converged, "
+                 f"{time.perf_counter() - start:.1f} s")
+            if i == len(widths) - 1:
+                last = out
+            err = np.max(np.abs(out - references[:, None, :]), axis=-1)
+            errors[i] = np.where(ok, err, np.nan)
+            converged[i] = ok
+            between[i] = np.max(np.abs(out[:, None] - out[None, :]))
+            moved[i] = np.max(mv)
     return errors, converged, between, moved, last
 
 
@@ -161,7 +229,8 @@ def _error_panel(widths, errors, slope, title):
     return draw
 
 
-def run_relu(out: Path, full: bool) -> dict:
+def run_relu(out: Path, full: bool, progress: bool = False) -> dict:
+    say = lines(progress)
     cfg = settings(full)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -170,25 +239,22 @@ def run_relu(out: Path, full: bool) -> dict:
     refs = np.stack([ref] * len(POTENTIALS))  # unscaled: one limit for every φ
     # ([LM-T1][theory-lm-t1])
     widths = RELU_SMALL_WIDTHS + cfg["widths"]
-    errors, converged, between, moved, out_big = width_study(
-        activation="relu", scaled=False, widths=widths, seeds=cfg["seeds"], references=refs,
-        data=(X_DATA, Y_DATA))
+    # Gradient flow on five copies of the data with shifted labels (Fig. 1 right), traced
+    # first and compiled while the widths run.
+    n = cfg["gd_width"]
+    ys = Y_DATA[None, :] + SHIFTS[:, None]
+    shifted, shifted_args = _lower_shifted(n, ys)
+    with ThreadPoolExecutor(1) as pool:
+        shifted = pool.submit(shifted.compile)
+        errors, converged, between, moved, out_big = width_study(
+            activation="relu", scaled=False, widths=widths, seeds=cfg["seeds"],
+            references=refs, data=(X_DATA, Y_DATA), say=say)
+        shifted_start = time.perf_counter()
+        gd_out, gd_ok = (np.asarray(a) for a in shifted.result()(*shifted_args))
     lazy = len(RELU_SMALL_WIDTHS)  # the fit starts at the shared grid's first width
     slope = fit_slope(cfg["widths"], np.nanmean(errors[lazy:], axis=(1, 2)))
-
-    # Gradient flow on five copies of the data with shifted labels (Fig. 1 right).
-    n = cfg["gd_width"]
-    shifted_start = time.perf_counter()
-    net = ibflow.ShallowNet.init(n, activation="relu", bias=BIAS, key=jax.random.key(1234))
-    X = jnp.asarray(X_DATA)[:, None]
-    ys = jnp.asarray(Y_DATA)[None, :] + jnp.asarray(SHIFTS)[:, None]
-    sols = jax.vmap(lambda yy: ibflow.integrate(net, X, yy, flow=ibflow.GradientFlow(),
-                                                target_loss=_target(Y_DATA),
-                                                formulation=_formulation(n), **SOLVE))(ys)
-    line(f"  gradient flow, width {n}, {len(SHIFTS)} shifted label sets: "
-         f"{int(jnp.sum(sols.status == ibflow.Status.converged))} converged, "
-         f"{time.perf_counter() - shifted_start:.1f} s")
-    gd_out = np.asarray(jax.vmap(lambda m: jax.vmap(m)(jnp.asarray(EVAL_GRID)))(sols.model))
+    say(f"  gradient flow, width {n}, {len(SHIFTS)} shifted label sets: {int(gd_ok.sum())} "
+         f"converged, {time.perf_counter() - shifted_start:.1f} s")
     shift_refs = np.stack([np.asarray(ibflow.relu_variational(X_DATA, np.asarray(yy), bias=BIAS)(
         jnp.asarray(EVAL_GRID))) for yy in ys])
     gd_err = np.max(np.abs(gd_out - shift_refs), axis=1)
@@ -228,13 +294,14 @@ def run_relu(out: Path, full: bool) -> dict:
         max_parameter_change=moved.tolist(),
         gd_shift_linf_error=gd_err.tolist(), gd_width=n,
         shift_changes_shape_linf=shape_change.tolist(),
-        gd_converged=bool(np.all(np.asarray(sols.status == ibflow.Status.converged))),
+        gd_converged=bool(np.all(gd_ok)),
         seconds=time.time() - start)
     (out / "mirror_relu.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def run_abs(out: Path, full: bool) -> dict:
+def run_abs(out: Path, full: bool, progress: bool = False) -> dict:
+    say = lines(progress)
     cfg = settings(full)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -246,7 +313,7 @@ def run_abs(out: Path, full: bool) -> dict:
                    for i, a in enumerate(POTENTIALS) for j, b in enumerate(POTENTIALS) if i < j}
     errors, converged, between, moved, out_big = width_study(
         activation="abs", scaled=True, widths=cfg["widths"], seeds=cfg["seeds"], references=refs,
-        data=(ABS_X, ABS_Y))
+        data=(ABS_X, ABS_Y), say=say)
     slope = fit_slope(cfg["widths"], np.nanmean(errors, axis=(1, 2)))
 
     def functions(ax):
@@ -288,8 +355,8 @@ def run_abs(out: Path, full: bool) -> dict:
 
 
 def mirror_relu(out: Path, full: bool, progress: bool = False) -> dict:
-    return run_relu(out, full)
+    return run_relu(out, full, progress)
 
 
 def mirror_abs(out: Path, full: bool, progress: bool = False) -> dict:
-    return run_abs(out, full)
+    return run_abs(out, full, progress)

@@ -50,14 +50,13 @@ def _table(*entries: Reproduction) -> dict[str, Reproduction]:
 REPRODUCTIONS: dict[str, Reproduction] = _table(
     Reproduction("stable-rank", "Stable rank and margin spread vs time for the init-σ grid: "
                  "Gaussian mixture (leaky ReLU, ReLU) and digits (docs/theory §4).",
-                 "stable_rank:run", 492, "2-core CPU, 2026-11-29, empty cache"),
+                 "stable_rank:run", 436, "2-core CPU, 2026-11-29, empty cache"),
     Reproduction("mirror-relu", "Liang–Montúfar Fig. 1: ReLU nets, unscaled mirror potentials "
                  "vs the variational problem [LM-G]; L∞ error vs width; GF on shifted labels.",
-                 "mirror:mirror_relu", 264,
-                 "2-core CPU, 2026-11-29, empty cache"),
+                 "mirror:mirror_relu", 58, "2-core CPU, 2026-11-29, empty cache"),
     Reproduction("mirror-abs", "Liang–Montúfar Fig. 2: |·| nets, width-scaled potentials vs the "
                  "Bregman variational problem [LM-B]; L∞ error vs width; |h''| distributions.",
-                 "mirror:mirror_abs", 166,
+                 "mirror:mirror_abs", 29,
                  "2-core CPU, 2026-11-29, empty cache"),
     Reproduction("shape-scale", "Figure 7.1: population error vs scale α for five shapes s",
                  "shape_scale:run_shape_scale", 21.5, "2-core CPU"),

@@ -27,13 +27,13 @@ import ibflow
 
 # Private, for want of a public equivalent: a progress line on stderr, and the name of a
 # status item (stored in the JSON).
-from .._progress import line
+from .._progress import line, lines
 from .._status import STATUS_NAMES
 
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
 
 
-def _sweep(X, y, *, slope, width, target, num_save, key):
+def _sweep(X, y, *, slope, width, target, num_save, key, say=line):
     sigmas = jnp.asarray(SIGMAS)
     models = eqx.filter_vmap(lambda s: ibflow.TwoLayerClassifier.init(
         dim=X.shape[1], width=width, init_std=s, slope=slope, key=key))(sigmas)
@@ -45,7 +45,7 @@ def _sweep(X, y, *, slope, width, target, num_save, key):
     for i, sigma in enumerate(SIGMAS):
         start = time.perf_counter()
         outs.append(solve_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models)))
-        line(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
+        say(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
              f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
              f"{time.perf_counter() - start:.1f} s")
     sols = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
@@ -83,6 +83,7 @@ def _plot(out, panels):
 
 
 def run(out: Path, full: bool, progress: bool = False) -> dict:
+    say = lines(progress)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     target = 1e-30 if full else 1e-4
@@ -97,10 +98,11 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
     }
     panels, summary, arrays = {}, {"target_loss": target, "sigmas": list(SIGMAS)}, {}
     for name, (data, slope) in settings.items():
-        line(f"{name}:")
+        say(f"{name}:")
         start = time.perf_counter()
         sols, diag, kkt = _sweep(data.X, data.y, slope=slope, width=100, target=target,
-                                 num_save=num_save, key=key)
+                                 num_save=num_save, key=key,
+                                 say=say)
         p = {"time": np.asarray(sols.trajectory.time), "loss": np.asarray(sols.trajectory.loss),
              "stable_rank": np.asarray(diag.stable_rank),
              "margin_spread": np.asarray(diag.margin_spread),
