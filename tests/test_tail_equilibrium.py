@@ -143,7 +143,9 @@ def test_early_stop_target_is_reached_on_the_path(getkey):
                             atol=1e-10)
     assert early.status == ibflow.Status.converged
     assert float(early.loss) > 1e-3 * target  # not polished to the limit
-    assert relative(early.predictor, path.predictor) <= 1e-12
+    # The same explicit path in two compiled programs (one with a Newton tail compiled in):
+    # the same 74 steps, rounded differently (measured 9.3e-12 apart); the limit is 2.2e-3 away.
+    assert relative(early.predictor, path.predictor) <= 1e-10
     auto = ibflow.integrate(model, X, y, target_loss=1e-14 * 0.5 * float(jnp.mean(y**2)))
     limit = ibflow.integrate(model, X, y)
     assert auto.status == ibflow.Status.converged
