@@ -11,8 +11,8 @@ of scaled stages (`stage_sum`) instead of Diffrax's ``tensordot`` over the stage
 agree up to the order of a 7-term sum. Under ``vmap`` the difference is large: the stage
 buffer is batched on its leading axis, and XLA's CPU backend lays the ``tensordot`` out as a
 matrix product that first copies the whole buffer (stages × members × state) into stage-major
-order, at every stage. On a vmapped mirror flow (6 width-2048 nets, state 6 145) that copy was
-most of the step: 30.5 s → 14.7 s warm, and its compile 8.3 → 5.0 s at width 256
+order, at every stage. On 6 vmapped mirror flows (width 2048, state 6 145) that copy was most
+of the step: 27.9 → 7.9 s warm, first call 33.3 → 13.5 s
 (benchmarks/results/vmapped_steps.md). The sum is scoped to ibflow's own steps: Diffrax's module
 attribute is swapped while the step is traced and restored after, so other Diffrax code in the
 process is untouched.

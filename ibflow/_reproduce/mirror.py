@@ -14,8 +14,8 @@ Data ([THEORY §6][theory-6] item 4 leaves it open): four (mirror-relu) or three
 time). The three potentials × several seeds of one width run as one compiled program that
 integrates its members one after the other (``lax.map``), each with its own steps. (A ``vmap``
 of them compiles once too, but on the CPU a batched Tsit5 step of these small-data flows costs
-more than its members' steps alone: 6 width-1024 flows took 978 µs per batched step where one
-alone takes 61 µs, benchmarks/results/vmapped_steps.md; and a batch runs for its slowest
+more than its members' steps alone: 6 width-1024 flows took 394 µs per batched step where one
+alone takes 51 µs, benchmarks/results/vmapped_steps.md; and a batch runs for its slowest
 member.) The widths' programs compile on two threads while later widths are traced
 (`width_study`). Widths are integrated with the explicit solver only (the
 state has 3n+1 entries) to ``L ≤ 1e-12 · mean(y²)/2``; members that do not converge are
