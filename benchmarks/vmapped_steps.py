@@ -40,20 +40,16 @@ AGREE = 1e-7
 
 
 def _run(width: int, seeds: int):
-    """The jitted vmapped solve of `M.train_width`'s members, returning (outputs, steps,
-    statuses), and one member alone."""
-    key = jax.random.key(width)
-    nets = eqx.filter_vmap(lambda k: ibflow.ShallowNet.init(
-        width, activation="abs", bias=M.BIAS, key=k))(jax.random.split(key, seeds))
+    """The reproduction's members at one width (`M.nets`, `M.member_solve`, integrated as
+    smooth) as one jitted vmapped solve returning (outputs, steps, converged), and one member
+    alone."""
+    nets = M.nets(width, "abs", jax.random.split(jax.random.key(width), seeds))
     coeffs = jnp.array(list(M.POTENTIALS.values()))
-    X, y = jnp.asarray(M.ABS_X)[:, None], jnp.asarray(M.ABS_Y)
+    solve = M.member_solve(width, scaled=True, data=(M.ABS_X, M.ABS_Y),
+                           formulation=ibflow.ParameterSpace(kinks=False))
 
     def one(c, net):
-        flow = ibflow.MirrorFlow(ibflow.PolynomialPotential(c[0], c[1], c[2]),
-                                 scaling=ibflow.WidthScaled(float(width)),
-                                 learning_rate=1.0 / width)
-        sol = ibflow.integrate(net, X, y, flow=flow, target_loss=M._target(M.ABS_Y),
-                               formulation=ibflow.ParameterSpace(kinks=False), **M.SOLVE)
+        sol = solve(c, net)
         return (jax.vmap(sol.model)(jnp.asarray(M.EVAL_GRID)), sol.steps,
                 sol.status == ibflow.Status.converged)
 

@@ -84,32 +84,50 @@ def _target(y):
     return RELATIVE_TARGET * 0.5 * float(np.mean(np.asarray(y) ** 2))
 
 
-def lower_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
-    """The program of `train_width`, traced and lowered, not compiled: ``(lowered, args)``,
-    where ``lowered.compile()(*args)`` runs it and `width_results` reads its output."""
-    key = jax.random.key(width) if key is None else key
-    # One compiled program for the nets (eager vmapped ops compile one small program each:
-    # ten of them took 0.9 s per width).
-    nets = eqx.filter_jit(eqx.filter_vmap(lambda k: ibflow.ShallowNet.init(
-        width, activation=activation, bias=BIAS, key=k)))(jax.random.split(key, seeds))
-    coeffs = np.array(list(POTENTIALS.values()))
+def nets(width: int, activation: str, keys):
+    """`ShallowNet.init` for each key, stacked: one compiled program (eager vmapped ops compile
+    one small program each: ten of them took 0.9 s per width)."""
+    return eqx.filter_jit(eqx.filter_vmap(lambda k: ibflow.ShallowNet.init(
+        width, activation=activation, bias=BIAS, key=k)))(keys)
+
+
+def member_solve(width: int, *, scaled: bool, data, formulation=None):
+    """``solve(c, net)``: the mirror flow of `net` on `data` with the potential of coefficients
+    `c` (c₂, c₃, c₄), learning rate 1/width, to the reproduction's target; a `Solution`.
+    `formulation`: default `_formulation(width)`."""
     scaling = ibflow.WidthScaled(float(width)) if scaled else ibflow.Unscaled()
     X, y = jnp.asarray(data[0])[:, None], jnp.asarray(data[1])
+    formulation = _formulation(width) if formulation is None else formulation
 
-    def one(c, net):
+    def solve(c, net):
         flow = ibflow.MirrorFlow(ibflow.PolynomialPotential(c[0], c[1], c[2]), scaling=scaling,
                                  learning_rate=1.0 / width)
-        sol = ibflow.integrate(net, X, y, flow=flow, target_loss=_target(data[1]),
-                               formulation=_formulation(width), **SOLVE)
+        return ibflow.integrate(net, X, y, flow=flow, target_loss=_target(data[1]),
+                                formulation=formulation, **SOLVE)
+
+    return solve
+
+
+def lower_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
+    """Mirror flow for the three potentials × `seeds` initializations at one width, the members
+    integrated one after the other (module docstring), traced and lowered, not compiled:
+    ``(lowered, args)``. ``lowered.compile()(*args)`` returns ``(outputs on EVAL_GRID
+    (potentials, seeds, G), converged (potentials, seeds), max_k |Δθ| (potentials, seeds))``."""
+    key = jax.random.key(width) if key is None else key
+    arrays, static = eqx.partition(nets(width, activation, jax.random.split(key, seeds)),
+                                   eqx.is_array)
+    solve = member_solve(width, scaled=scaled, data=data)
+
+    def one(c, net):
+        sol = solve(c, net)
         moved = jnp.max(jnp.abs(jnp.concatenate([sol.model.a - net.a, sol.model.b - net.b,
                                                  sol.model.w - net.w])))
         return (jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)),
                 sol.status == ibflow.Status.converged, moved)
 
-    # Member p·seeds + s: potential p, net s; one after the other (module docstring).
-    potentials = coeffs.shape[0]
-    cs = np.repeat(coeffs, seeds, axis=0)
-    arrays, static = eqx.partition(nets, eqx.is_array)
+    # Member p·seeds + s: potential p, net s.
+    potentials = len(POTENTIALS)
+    cs = np.repeat(np.array(list(POTENTIALS.values())), seeds, axis=0)
 
     def program(cs, arrays):
         tiled = jax.tree_util.tree_map(
@@ -125,39 +143,23 @@ def _lower_shifted(width: int, ys):
     """Gradient flow of one ReLU net (key 1234) on each label set of `ys`, one after the other
     (module docstring), traced and lowered: ``(lowered, args)``; the program returns the nets'
     outputs on EVAL_GRID and whether each converged."""
-    net = eqx.filter_jit(lambda k: ibflow.ShallowNet.init(
-        width, activation="relu", bias=BIAS, key=k))(jax.random.key(1234))
-    arrays, static = eqx.partition(net, eqx.is_array)
+    arrays, static = eqx.partition(nets(width, "relu", jax.random.key(1234)[None]),
+                                   eqx.is_array)
     X = X_DATA[:, None]
 
     def program(arrays, ys):
+        net = eqx.combine(jax.tree_util.tree_map(lambda a: a[0], arrays), static)
+
         def one(yy):
-            sol = ibflow.integrate(eqx.combine(arrays, static), X, yy,
-                                   flow=ibflow.GradientFlow(), target_loss=_target(Y_DATA),
-                                   formulation=_formulation(width), **SOLVE)
+            sol = ibflow.integrate(net, X, yy, flow=ibflow.GradientFlow(),
+                                   target_loss=_target(Y_DATA), formulation=_formulation(width),
+                                   **SOLVE)
             return (jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)),
                     sol.status == ibflow.Status.converged)
 
         return jax.lax.map(one, ys)
 
     return jax.jit(program).lower(arrays, ys), (arrays, ys)
-
-
-def width_results(out):
-    """`train_width`'s result from its program's output."""
-    return tuple(np.asarray(a) for a in out)
-
-
-def train_width(width: int, *, activation: str, scaled: bool, seeds: int, data, key=None):
-    """Mirror flow for the three potentials × `seeds` initializations at one width (one compile,
-    the members integrated one after the other: module docstring).
-
-    Returns ``(outputs on EVAL_GRID (potentials, seeds, G), converged (potentials, seeds),
-    max_k |Δθ| (potentials, seeds))``.
-    """
-    lowered, args = lower_width(width, activation=activation, scaled=scaled, seeds=seeds,
-                                data=data, key=key)
-    return width_results(lowered.compile()(*args))
 
 
 def fit_slope(widths, errors):
@@ -186,7 +188,7 @@ def width_study(*, activation: str, scaled: bool, widths, seeds, references, dat
         say(f"  traced {len(widths)} widths, {time.perf_counter() - start:.1f} s")
         for i, n in enumerate(widths):
             start = time.perf_counter()
-            out, ok, mv = width_results(compiled[i].result()(*programs[i][1]))
+            out, ok, mv = (np.asarray(a) for a in compiled[i].result()(*programs[i][1]))
             # Progress, as each width ends (the wait for its compile, then its flows).
             say(f"  width {n}: {int(ok.sum())} of {ok.size} flows converged, "
                  f"{time.perf_counter() - start:.1f} s")

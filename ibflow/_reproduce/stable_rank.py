@@ -101,8 +101,7 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
         say(f"{name}:")
         start = time.perf_counter()
         sols, diag, kkt = _sweep(data.X, data.y, slope=slope, width=100, target=target,
-                                 num_save=num_save, key=key,
-                                 say=say)
+                                 num_save=num_save, key=key, say=say)
         p = {"time": np.asarray(sols.trajectory.time), "loss": np.asarray(sols.trajectory.loss),
              "stable_rank": np.asarray(diag.stable_rank),
              "margin_spread": np.asarray(diag.margin_spread),
