@@ -33,7 +33,7 @@ from .._status import STATUS_NAMES
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
 
 
-def _sweep(X, y, *, slope, width, target, num_save, key, say=line):
+def _sweep(X, y, *, slope, width, target, num_save, key, say=line, path_points=0):
     sigmas = jnp.asarray(SIGMAS)
     models = eqx.filter_vmap(lambda s: ibflow.TwoLayerClassifier.init(
         dim=X.shape[1], width=width, init_std=s, slope=slope, key=key))(sigmas)
@@ -53,7 +53,25 @@ def _sweep(X, y, *, slope, width, target, num_save, key, say=line):
         sols.trajectory, X, y)
     final = jax.tree_util.tree_map(lambda v: v[-1], sols.model)
     kkt = ibflow.kkt_residual(final, X, y)  # the σ = 1e-3 member
-    return sols, diag, kkt
+    return sols, diag, kkt, _kkt_path(sols, X, y, target, path_points)
+
+
+def _kkt_path(sols, X, y, target, points):
+    """The KKT stationarity of the σ = 1e-3 member where its loss first falls below each of
+    `points` levels, log-spaced from 1e-1 to `target`: ``[(loss, stationarity), …]`` (a host
+    solve per point, `ibflow.kkt_residual`)."""
+    loss = np.asarray(sols.trajectory.loss[-1])
+    valid = np.asarray(sols.trajectory.valid[-1]) & np.isfinite(loss)
+    out, seen = [], set()
+    for level in np.logspace(-1, np.log10(target), points):
+        below = np.flatnonzero(valid & (loss <= level * (1 + 1e-9)))
+        if below.size == 0 or below[0] in seen:
+            continue
+        k = int(below[0])
+        seen.add(k)
+        model = jax.tree_util.tree_map(lambda v, k=k: v[-1, k], sols.trajectory.models)
+        out.append((float(loss[k]), ibflow.kkt_residual(model, X, y).stationarity))
+    return out
 
 
 def _plot(out, panels):
@@ -100,8 +118,9 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
     for name, (data, slope) in settings.items():
         say(f"{name}:")
         start = time.perf_counter()
-        sols, diag, kkt = _sweep(data.X, data.y, slope=slope, width=100, target=target,
-                                 num_save=num_save, key=key, say=say)
+        sols, diag, kkt, kkt_path = _sweep(
+            data.X, data.y, slope=slope, width=100, target=target, num_save=num_save, key=key,
+            say=say, path_points=6 if full else 0)
         p = {"time": np.asarray(sols.trajectory.time), "loss": np.asarray(sols.trajectory.loss),
              "stable_rank": np.asarray(diag.stable_rank),
              "margin_spread": np.asarray(diag.margin_spread),
@@ -128,6 +147,9 @@ def run(out: Path, full: bool, progress: bool = False) -> dict:
             "sliding_at_end": np.asarray(jnp.sum(sols.kinks.sliding, axis=(1, 2))).tolist(),
             "seconds": round(time.perf_counter() - start, 1),
         }
+        if kkt_path:  # --full: the stationarity as the loss falls
+            summary[name]["kkt_stationarity_along_sigma_1e-3"] = [
+                {"loss": loss, "stationarity": value} for loss, value in kkt_path]
     np.savez(out / "stable_rank.npz", sigmas=np.asarray(SIGMAS), **arrays)
     _plot(out, panels)
     (out / "stable_rank.json").write_text(json.dumps(summary, indent=2))
