@@ -49,9 +49,8 @@ def _run(width: int, seeds: int):
                            formulation=ibflow.ParameterSpace(kinks=False))
 
     def one(c, net):
-        sol = solve(c, net)
-        return (jax.vmap(sol.model)(jnp.asarray(M.EVAL_GRID)), sol.steps,
-                sol.status == ibflow.Status.converged)
+        outputs, converged = M.on_grid(sol := solve(c, net))
+        return outputs, sol.steps, converged
 
     batch = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None)))
     single = jax.jit(one)

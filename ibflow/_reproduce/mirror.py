@@ -64,13 +64,18 @@ RELU_SMALL_WIDTHS = [16, 32]
 #: kink path's segment loop, which evaluates the multiplier system at every step, costs many
 #: times the smooth solve.
 SMOOTH_FROM_WIDTH = 64
+#: Widths compiled at once (`width_study`): the project's CPU has two cores.
+COMPILE_THREADS = 2
+SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
 
 
 def _formulation(width: int) -> ibflow.ParameterSpace:
     return ibflow.ParameterSpace(kinks=width < SMOOTH_FROM_WIDTH)
-#: Widths compiled at once (`width_study`): the project's CPU has two cores.
-COMPILE_THREADS = 2
-SOLVE = dict(rtol=1e-8, atol=1e-12, stiff_solver=None, max_steps=100_000, throw=False)
+
+
+def on_grid(sol) -> tuple:
+    """A solved net's outputs on `EVAL_GRID` and whether its flow converged."""
+    return jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)), sol.status == ibflow.Status.converged
 
 
 def settings(full: bool) -> dict:
@@ -122,8 +127,7 @@ def lower_width(width: int, *, activation: str, scaled: bool, seeds: int, data, 
         sol = solve(c, net)
         moved = jnp.max(jnp.abs(jnp.concatenate([sol.model.a - net.a, sol.model.b - net.b,
                                                  sol.model.w - net.w])))
-        return (jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)),
-                sol.status == ibflow.Status.converged, moved)
+        return *on_grid(sol), moved
 
     # Member p·seeds + s: potential p, net s.
     potentials = len(POTENTIALS)
@@ -154,8 +158,7 @@ def _lower_shifted(width: int, ys):
             sol = ibflow.integrate(net, X, yy, flow=ibflow.GradientFlow(),
                                    target_loss=_target(Y_DATA), formulation=_formulation(width),
                                    **SOLVE)
-            return (jax.vmap(sol.model)(jnp.asarray(EVAL_GRID)),
-                    sol.status == ibflow.Status.converged)
+            return on_grid(sol)
 
         return jax.lax.map(one, ys)
 

@@ -62,16 +62,12 @@ def _kkt_path(sols, X, y, target, points):
     solve per point, `ibflow.kkt_residual`)."""
     loss = np.asarray(sols.trajectory.loss[-1])
     valid = np.asarray(sols.trajectory.valid[-1]) & np.isfinite(loss)
-    out, seen = [], set()
-    for level in np.logspace(-1, np.log10(target), points):
-        below = np.flatnonzero(valid & (loss <= level * (1 + 1e-9)))
-        if below.size == 0 or below[0] in seen:
-            continue
-        k = int(below[0])
-        seen.add(k)
-        model = jax.tree_util.tree_map(lambda v, k=k: v[-1, k], sols.trajectory.models)
-        out.append((float(loss[k]), ibflow.kkt_residual(model, X, y).stationarity))
-    return out
+    firsts = sorted({int(np.argmax(below)) for level in np.logspace(-1, np.log10(target), points)
+                     if (below := valid & (loss <= level * (1 + 1e-9))).any()})
+    models = [jax.tree_util.tree_map(lambda v, k=k: v[-1, k], sols.trajectory.models)
+              for k in firsts]
+    return [(float(loss[k]), ibflow.kkt_residual(model, X, y).stationarity)
+            for k, model in zip(firsts, models, strict=True)]
 
 
 def _plot(out, panels):
