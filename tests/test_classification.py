@@ -257,6 +257,44 @@ def test_relu_stable_rank_bounded(mixture):
     assert float(d.min_margin) > 0
 
 
+@pytest.mark.slow
+def test_digits_relu_flow_keeps_every_pair_on_its_side_and_the_clock_exact():
+    """scikit-learn's digits (n = 50, d = 64, width 50, ReLU, σ = 5e-5) to loss 1e-3: ~2 000
+    switches, many of them clusters of pairs taken across together. Two independent checks of
+    the mode the flow ends in and of the path: every free pair's pre-activation (numpy, from
+    the returned W) lies on the side its pattern says and every sliding one on its kink, and
+    the log-loss clock equals ``log(L(0)/L)`` (its definition: ``dc/dt = ‖∇L‖²/L`` along the
+    exact flow), with L from numpy. Before: a located pair whose one-sided fields both point
+    into its kink was sent back to its side by a pair taken along in its neuron's system, and
+    pairs left on their wrong side had their event thresholds doubled at every transition:
+    3 free pairs ended up to z = 34 on the wrong side, and the clock ran 0.67 ahead (the
+    field used their pattern's slopes, not the loss's)."""
+    data = ibflow.data.digits(task="parity", n=50)
+    X, y = np.asarray(data.X), np.asarray(data.y)
+    model = ibflow.TwoLayerClassifier.init(dim=64, width=50, init_std=5e-5, slope=0.0,
+                                           key=jax.random.key(0))
+    # Runtime-heavy (~1 200 segments): its own program at XLA's default optimization level
+    # (the suite compiles at -O0, conftest.py), 3× faster in all here.
+    solve = jax.jit(lambda m: ibflow.classification_flow(m, data.X, data.y, target_loss=1e-3,
+                                                         num_save=4, throw=False),
+                    compiler_options={"xla_backend_optimization_level": 2})
+    sol = solve(model)
+    assert sol.status == ibflow.Status.converged
+    assert int(sol.kinks.switches) > 1000
+    z = X @ np.asarray(sol.model.first).T
+    pattern, sliding = np.asarray(sol.kinks.pattern), np.asarray(sol.kinks.sliding)
+    wrong = ~sliding & np.where(pattern, z < -1e-8, z > 1e-8)
+    assert not wrong.any(), z[wrong]
+    assert sliding.any() and np.max(np.abs(z[sliding])) <= 1e-8
+
+    def loss(W):
+        margins = y * (np.maximum(X @ W.T, 0.0) @ np.asarray(model.second))
+        return np.mean(np.logaddexp(0.0, -margins))
+
+    exact = np.log(loss(np.asarray(model.first)) / loss(np.asarray(sol.model.first)))
+    assert abs(float(sol.clock) - exact) <= 1e-3 * exact, (float(sol.clock), exact)
+
+
 def test_slope_one_classifier_crosses_without_sliding(getkey):
     """γ = 1 (a traced slope: the kink machinery cannot rule it out statically) has no kink: a
     pre-activation reaching 0 crosses, it never slides (before: every crossing ended the solve

@@ -340,10 +340,24 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         return self._with_offsets(state, positive, jnp.zeros_like(positive),
                                   jnp.where(positive, hi, lo))
 
-    def _with_offsets(self, state, positive, sliding, slopes) -> Mode:
-        """The mode with its event offsets, from the mode's (already solved) `slopes`."""
+    def _with_offsets(self, state, positive, sliding, slopes, old: Mode | None = None,
+                      keep=None) -> Mode:
+        """The mode with its event offsets, from the mode's (already solved) `slopes`.
+
+        A pair on the wrong side of its kink (value < 0: one `_imminent` took across early, or
+        one a located crossing left a round-off short) gets its threshold twice as far out, so
+        that it fires only if it turns back. Given the `old` mode, the free pairs in `keep`
+        whose side did not change keep their old threshold while they have not reached it:
+        recomputed from the current value at every transition, the threshold of a pair that
+        turned back and drifts away slowly doubled at each of thousands of one-step segments,
+        and its event never fired (scikit-learn's digits, ReLU, σ = 5e-5: 71 free pairs up to
+        z = 248 on the wrong side at loss 1e-30)."""
         values = self._values(self.preactivations(state), slopes, positive, sliding)
         offset = 2 * jnp.minimum(values, 0.0) - _OFFSET_FLOOR
+        if old is not None:
+            kept = (keep & ~sliding & ~old.sliding & (positive == old.positive) & (values < 0)
+                    & (values > old.offset))
+            offset = jnp.where(kept, old.offset, offset)
         # A sliding pair leaves when its multiplier is outside [lo, hi] by the transition's own
         # tolerance, not at round-off: a multiplier that sits at its bound (a neuron dead on
         # one side, the one-sided field tangent to z = 0) would otherwise leave and re-enter
@@ -435,9 +449,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         else:
             along = kinked & self._imminent(state, z, slopes, mode.positive, mode.sliding, p,
                                             rtol, atol)
-        sliding = mode.sliding.at[p].set(~was_sliding & kinked) | along
+        # A free pair located beyond the event's tolerance on the wrong side of its kink came
+        # back to the threshold its offset set (it was taken across early and turned back): it
+        # is on the other side, not at its kink, so it takes that side and does not slide.
+        returned = ~was_sliding & (values[p] < -_LOCATED)
+        sliding = mode.sliding.at[p].set(~was_sliding & kinked & ~returned) | along
         positive = mode.positive.at[p].set(jnp.where(
-            was_sliding, leaves_up, jnp.where(kinked, mode.positive[p], ~mode.positive[p])))
+            was_sliding, leaves_up,
+            jnp.where(kinked & ~returned, mode.positive[p], ~mode.positive[p])))
         sliding, positive, lam, ok = self._settle(state, sliding, positive, along)
         # The rounds' loop is not reverse-differentiable (a while loop): the offsets and the
         # field's norm take the multipliers as constants (the offsets only shift a pair that
@@ -453,7 +472,9 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             field_norm=jnp.linalg.norm(field), event_value=event_value,
             event_field_norm=event_field_norm)
         state = self._onto_kinks(state, z, sliding, positive)
-        return state, self._with_offsets(state, positive, sliding, lam), counters
+        # Every pair but the located one keeps a threshold it has not reached.
+        others = ~jnp.zeros_like(sliding).at[p].set(True)
+        return state, self._with_offsets(state, positive, sliding, lam, mode, others), counters
 
     def _onto_kinks(self, state, z, sliding, positive):
         """`state` with the sliding pairs that are off their kink (`z`: the pre-activations at
@@ -521,8 +542,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
             drift = sliding & (stiffness == 0) & (
                 jnp.abs(zdot) > _NEUTRAL_DRIFT * jnp.max(jnp.abs(zdot)))
             v = jnp.where(drift, jnp.inf, violation(lam, stiffness, sliding))
-            go = ok & ((jnp.max(v) > _BOX_TOLERANCE) | jnp.any(along & sliding)) & (
-                it <= sliding.size)
+            # While pairs taken along still slide tentatively, only they may leave: one of
+            # them, not yet at its kink, must not push the located pair (or a sliding one) out
+            # of the box in its neuron's system (digits, ReLU, σ = 5e-5: a located pair whose
+            # one-sided fields both point into its kink was sent back to its side that way,
+            # then drifted across unseen).
+            pending = jnp.any(along & sliding)
+            v = jnp.where(pending & ~along, -jnp.inf, v)
+            go = ok & ((jnp.max(v) > _BOX_TOLERANCE) | pending) & (it <= sliding.size)
             grouped = self._grouped(v)  # one pair leaves per system and round
             q = jnp.argmax(grouped, axis=0)
             leave = go & jnp.zeros(grouped.shape, bool).at[
