@@ -431,9 +431,15 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         ``z`` up, so the flow continues on ``z > 0``), until every multiplier is in the box
         (neurons' systems are independent, so each loses one pair per round). A free pair that
         leaves this way at once crossed (or touched tangentially); one that stays slides
-        (Filippov: the one-sided fields point into the surface from both sides). Sliding pairs
-        located off their kink by more than round-off are then put on it (`_onto_kinks`), and
-        the new mode's event offsets are those of the state returned.
+        (Filippov: the one-sided fields point into the surface from both sides). Pairs taken
+        along are settled first (`_settle`): while they slide tentatively only they may leave,
+        so that one not yet at its kink cannot push the located pair out of the box. A free pair
+        located beyond the event's tolerance (`_LOCATED`) on the wrong side of its kink is not at
+        it: taken across early, it turned back to its threshold, and takes the side it is on.
+        Sliding pairs located off their kink by more than round-off are then put on it
+        (`_onto_kinks`), and the new mode's event offsets are those of the state returned, with
+        the thresholds of the other pairs kept where they have not been reached
+        (`_with_offsets`).
         """
         lo, hi = self._bounds()
         z = self.preactivations(state)
