@@ -341,7 +341,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
                                   jnp.where(positive, hi, lo))
 
     def _with_offsets(self, state, positive, sliding, slopes, old: Mode | None = None,
-                      keep=None) -> Mode:
+                      keep=True) -> Mode:
         """The mode with its event offsets, from the mode's (already solved) `slopes`.
 
         A pair on the wrong side of its kink (value < 0: one `_imminent` took across early, or

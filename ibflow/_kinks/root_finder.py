@@ -84,23 +84,19 @@ class IllinoisBracket(optx.AbstractRootFinder):
         kept = jnp.where(to_lower, 1, -1)
         # Illinois: an end kept twice in a row has its value halved, so the secant moves it.
         twice = kept == state.kept
-        # A flat part: the end replaced takes the value it had (to 1e-6 relative). The event
-        # is a minimum of many values, one of which may stay constant (a sliding pair whose
-        # multiplier rests on its bound sits at its offset) until another crosses it: there
-        # the secant from the flat end moves by a sliver, and Illinois needs ~40 halvings of
-        # the other end's value to leave it (100–300 evaluations per root on ReLU mixtures).
-        # Bisect while an end is on a flat part (set where an end is replaced by a point of
-        # the same value, cleared where that end is replaced by one of another value).
+        # A flat end (a round-off plateau of the minimum: one value constant until another
+        # crosses it; the secant from there moves by a sliver per evaluation): entered where an
+        # end is replaced by a point of the same value (to 1e-6 relative) that is also below
+        # 1e-6 of the other end's, kept while that end keeps its value, cleared when it takes
+        # another. The steps bisect meanwhile, without Illinois halvings (the flat end keeps
+        # the value it is compared with).
         replaced = jnp.where(to_lower, -1, 1)
         old = jnp.where(to_lower, state.g_lower, state.g_upper)
         other = jnp.where(to_lower, state.g_upper, state.g_lower)
         same = jnp.isfinite(old) & (jnp.abs(g - old) <= 1e-6 * jnp.abs(old))
-        # (entered where the flat value is also small against the other end's, as on a
-        # round-off plateau; kept while that end keeps its value)
         enter = same & (jnp.abs(g) <= 1e-6 * jnp.abs(other))
         flat = jnp.where(enter | (same & (state.flat == replaced)), replaced,
                          jnp.where(state.flat == replaced, 0, state.flat))
-        # (No halving while bisecting: the flat end keeps the value it is compared with.)
         twice = twice & (flat == 0)
         g_lower = jnp.where(to_lower, g, jnp.where(twice, 0.5 * state.g_lower, state.g_lower))
         g_upper = jnp.where(to_lower, jnp.where(twice, 0.5 * state.g_upper, state.g_upper), g)
@@ -115,7 +111,7 @@ class IllinoisBracket(optx.AbstractRootFinder):
         towards = jnp.where(best_is_upper, -tol, tol)
         secant = jnp.where(jnp.abs(secant - best) < tol, best + towards, secant)
         # Bisect where the secant is not strictly inside the bracket (no sign change, a flat
-        # or non-finite value, or a bracket narrower than the tolerance).
+        # or non-finite value, or a bracket narrower than the tolerance) or an end is flat.
         good = (secant > lower) & (secant < upper) & (flat == 0)
         new_y = jnp.where(good, secant, lower + 0.5 * width)
         new_state = _State(lower=lower, upper=upper, g_lower=g_lower, g_upper=g_upper,
