@@ -529,7 +529,10 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         """`transition`'s rounds: re-solve the multipliers and, in each neuron, let the sliding
         pair furthest outside ``[lo, hi]`` leave, until every multiplier is in the box. A
         do-while loop whose body holds the one multiplier solve (the sets of the last round
-        are kept, with their multipliers). Returns ``(sliding, positive, slopes, ok)``."""
+        are kept, with their multipliers). The pairs taken `along` go first: while any of them
+        slides tentatively only they may leave (crossing early); the ones left in the box go
+        back to their sides, and then the rest settle. Returns ``(sliding, positive, slopes,
+        ok)``."""
         lo, hi = self._bounds()
 
         def violation(lam, stiffness, sliding):
