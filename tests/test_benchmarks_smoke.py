@@ -394,3 +394,69 @@ def test_gpu_sweeps_million_part_small(tmp_path):
     assert gpu_sweeps.main(["report", "--out", str(tmp_path)]) == 0
     assert "| million | 1024 |" in (tmp_path / "gpu_sweeps.md").read_text()
     assert (tmp_path / "gpu_sweeps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+#: A module with known sizes: main (2 ops) calls f twice; f (3 ops) calls g three times; g has
+#: 1 op; h (4 ops) is never called. Inlined: g 1, f 3 + 3·1 = 6, main 2 + 2·6 = 14.
+_MODULE = """module @m {
+  func.func public @main(%arg0: tensor<f64>) -> tensor<f64> {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<f64>
+    %1 = call @f_3(%0) : (tensor<f64>) -> tensor<f64>
+    %2 = call @f_3(%1) : (tensor<f64>) -> tensor<f64>
+    %3 = stablehlo.negate %2 : tensor<f64>
+    return %3 : tensor<f64>
+  }
+  func.func private @f_3(%arg0: tensor<f64>) -> tensor<f64> {
+    %0 = call @g(%arg0) : (tensor<f64>) -> tensor<f64>
+    %1 = call @g(%0) : (tensor<f64>) -> tensor<f64>
+    %2 = call @g(%1) : (tensor<f64>) -> tensor<f64>
+    %3 = stablehlo.multiply %2, %2 : tensor<f64>
+    %4:2 = "stablehlo.while"(%3, %3) ({
+      %5 = stablehlo.compare LT, %3, %3 : (tensor<f64>, tensor<f64>) -> tensor<i1>
+      stablehlo.return %5 : tensor<i1>
+    }, {
+      stablehlo.return %3, %3 : tensor<f64>, tensor<f64>
+    }) : (tensor<f64>, tensor<f64>) -> (tensor<f64>, tensor<f64>)
+    return %4#0 : tensor<f64>
+  }
+  func.func private @g(%arg0: tensor<f64>) -> tensor<f64> {
+    %0 = stablehlo.sine %arg0 : tensor<f64>
+    return %0 : tensor<f64>
+  }
+  func.func private @h(%arg0: tensor<f64>) -> tensor<f64> {
+    %0 = stablehlo.sine %arg0 : tensor<f64>
+    %1 = stablehlo.sine %0 : tensor<f64>
+    %2 = stablehlo.sine %1 : tensor<f64>
+    %3 = stablehlo.sine %2 : tensor<f64>
+    return %3 : tensor<f64>
+  }
+}"""
+
+
+def test_compile_ops_counts_every_inlined_copy(tmp_path):
+    """``benchmarks.compile_ops``: on a hand-written module the counts are the hand-counted
+    ones (operations in regions included, calls not counted as operations, a function never
+    called not in the inlined size); on the real cases, the kinked program holds the
+    multiplier solve at several sites and the smooth one at none, and the table, JSON and
+    figure are written."""
+    from benchmarks import compile_ops
+
+    funcs = compile_ops.parse(_MODULE)
+    assert {k: v.ops for k, v in funcs.items()} == {"main": 2, "f_3": 3, "g": 1, "h": 4}
+    s = compile_ops.sizes(funcs)
+    assert s["total"] == 14 and s["written"] == 10
+    assert s["sites"] == {"f_3": 2, "g": 6} and s["inlined"] == {"f_3": 6, "g": 1}
+    assert s["callers"] == {"f_3": {"main": 2}, "g": {"f_3": 6}}
+
+    assert compile_ops.main(["--models", "diagonal,leaky", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "compile_ops.json").read_text())
+    smooth, kinked = data["rows"]
+    assert smooth["solve_sites"] == 0 and kinked["solve_sites"] >= 2
+    assert sum(kinked["solve_callers"].values()) == kinked["solve_sites"]
+    assert 0 < kinked["solve_share"] < 1 and kinked["inlined"] > kinked["written"]
+    for row in data["rows"]:
+        assert row["inlined"] >= row["written"] > 0
+        assert all(0 < f["share"] <= 1 for f in row["largest"])
+    md = (tmp_path / "compile_ops.md").read_text()
+    assert "| LeakyReLUNeuron d=30, n=8 |" in md
+    assert (tmp_path / "compile_ops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

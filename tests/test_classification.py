@@ -336,15 +336,20 @@ def test_equivalent_control_closed_form_matches_autodiff_and_holds_the_kink(getk
     base = jnp.where(sliding, 0.5 * (slope + 1.0), jnp.where(positive, 1.0, slope))
     index = jnp.argsort(~sliding, axis=0, stable=True)[:5].T
     mask = jnp.arange(5)[None, :] < jnp.sum(sliding, axis=0)[:, None]
-    zdot, matrix = dyn.slope_response(state, base, index, mask)
-    zdot_ad, matrix_ad = AbstractKinkedDynamics.slope_response(dyn, state, base, index, mask)
+    zdot, matrix = dyn.slope_response(state, base, index, mask,
+                                      dyn.slope_linearization(state, base))
+    zdot_ad, matrix_ad = AbstractKinkedDynamics.slope_response(
+        dyn, state, base, index, mask,
+        AbstractKinkedDynamics.slope_linearization(dyn, state, base))
     pairs = mask[:, :, None] & mask[:, None, :]  # autodiff builds columns of sliding pairs only
     np.testing.assert_allclose(zdot, zdot_ad, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(jnp.where(pairs, matrix, 0.0), jnp.where(pairs, matrix_ad, 0.0),
                                rtol=1e-12, atol=1e-14)
     slopes, ok, _ = dyn.slopes(state, positive, sliding)
     padded, ok_padded, _ = equivalent_control(
-        lambda i, m: dyn.slope_response(state, base, i, m), base, sliding, 20)
+        lambda i, m: dyn.slope_response(state, base, i, m,
+                                        dyn.slope_linearization(state, base)),
+        base, sliding, 20)
     assert bool(ok) and bool(ok_padded)
     np.testing.assert_array_equal(jnp.sum(sliding, axis=0), [0, 3, 3, 3, 3, 3])
     residual = dyn._zdot(state, slopes)

@@ -161,17 +161,23 @@ class ClassifierKinkedDynamics(AbstractKinkedDynamics, ClassifierReducedDynamics
         c, _, b = self._trained(state)
         return self._pre(c, b).T
 
-    def slope_response(self, state, base, index, mask):
-        """Closed form of `AbstractKinkedDynamics.slope_response`: on the direction,
-        ``Ċ = −D`` (``ḃ = −D1``) with ``Dⱼₗ = aⱼ λₗⱼ rₗ`` and ``r = ∂ℓ/∂f`` at the outputs (which
-        do not depend on the slopes, as ``σ(0) = 0``), so ``żᵢⱼ = −aⱼ Σₗ λₗⱼ rₗ (Gₗᵢ + β)``, with
-        ``β = 1`` for a trained bias. Neuron j's matrix is ``−aⱼ (G + β)[Iⱼ, Iⱼ] diag(r[Iⱼ])``
-        over its examples ``Iⱼ = index[j]``: O(m K²) numbers instead of K + 1 evaluations of the
-        field that the generic `linear_response` needs."""
+    def slope_linearization(self, state, base):
+        """The closed form's ingredients (see `slope_response`): ż at `base`, the loss
+        derivative ``r`` at the outputs, the Gram matrix (``+ β``) and the output weights."""
         c, a, b = self._trained(state)
         outputs = a @ leaky_relu(self._pre(c, b), jax.lax.stop_gradient(self.initial.slope))
         r = jax.grad(lambda f: self.loss_fn(f, self.y))(outputs)  # (n,)
         gram = self.gram if b is None else self.gram + 1.0
         zdot0 = -(gram @ (base * r[:, None])) * a[None, :]  # (n, m)
+        return zdot0, r, gram, a
+
+    def slope_response(self, state, base, index, mask, linearization):
+        """Closed form of `AbstractKinkedDynamics.slope_response`: on the direction,
+        ``Ċ = −D`` (``ḃ = −D1``) with ``Dⱼₗ = aⱼ λₗⱼ rₗ`` and ``r = ∂ℓ/∂f`` at the outputs (which
+        do not depend on the slopes, as ``σ(0) = 0``), so ``żᵢⱼ = −aⱼ Σₗ λₗⱼ rₗ (Gₗᵢ + β)``, with
+        ``β = 1`` for a trained bias. Neuron j's matrix is ``−aⱼ (G + β)[Iⱼ, Iⱼ] diag(r[Iⱼ])``
+        over its examples ``Iⱼ = index[j]``: O(m K²) numbers instead of K evaluations of the
+        field that the generic `linear_response` needs."""
+        zdot0, r, gram, a = linearization
         block = gram[index[:, :, None], index[:, None, :]] * r[index][:, None, :]  # (m, K, K)
         return zdot0, -a[:, None, None] * block

@@ -101,8 +101,17 @@ def linear_response(
     ``index[j, l]`` gives column l of every neuron's matrix. Costs K + 1 evaluations of `zdot`;
     a dynamics that knows the structure supplies the same in closed form
     (`ibflow._kinks.classifier.ClassifierKinkedDynamics.slope_response`)."""
+    return response_columns(*jax.linearize(zdot, base), base, index, mask)
+
+
+def response_columns(
+    zdot0: Float[Array, "n m"], linear: Callable[[Float[Array, "n m"]], Float[Array, "n m"]],
+    base: Float[Array, "n m"], index: Int[Array, "m K"], mask: Bool[Array, "m K"],
+) -> tuple[Float[Array, "n m"], Float[Array, "m K K"]]:
+    """`linear_response` from a linearization already at hand (``zdot0`` and the linear map
+    of ``jax.linearize(zdot, base)``): the linearization does not depend on the system's size,
+    so a multiplier solve computes it once, outside its branches per size."""
     n, m = base.shape
-    zdot0, linear = jax.linearize(zdot, base)
     tangents = jnp.transpose(jax.nn.one_hot(index.T, n, dtype=base.dtype), (0, 2, 1)) * (
         mask.T[:, None, :].astype(base.dtype))  # (K, n, m)
     columns = jax.vmap(linear)(tangents)  # (K_l, n, m)

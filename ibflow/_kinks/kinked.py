@@ -18,7 +18,7 @@ from jaxtyping import Array, Bool, Float, PyTree
 
 from .._tail.jacobian import gated
 from .base import AbstractSwitchingDynamics
-from .equivalent_control import equivalent_control, kink_shift, linear_response
+from .equivalent_control import equivalent_control, kink_shift, response_columns
 from .mode import KinkCounters, Mode
 
 #: A sliding multiplier that lies outside ``[lo, hi]`` by more than this fraction of
@@ -200,12 +200,21 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         direction = self.unit_speed_field(state, slopes) if direction is None else direction
         return jax.jvp(self.preactivations, (state,), (direction,))[1]
 
-    def slope_response(self, state, base, index, mask):
+    def slope_linearization(self, state, base):
+        """What `slope_response` needs of the field at the slopes `base`, whatever the
+        system's size: a multiplier solve computes it once, outside its branches per size
+        (each branch is a copy in the compiled program, and the solve itself is inlined at
+        every site that evaluates the field: benchmarks/results/compile_ops.md). Default: ż at
+        `base` and its linearization in the slopes."""
+        return jax.linearize(lambda s: self._zdot(state, s), base)
+
+    def slope_response(self, state, base, index, mask, linearization):
         """The pre-activations' velocity on the field's direction at the slopes `base`, and
-        each neuron's matrix ``∂żᵢⱼ/∂λₗⱼ`` over its examples `index` (see `linear_response`,
-        which this default uses: K + 1 linearized evaluations of the field; a dynamics that
-        knows its structure overrides it with the closed form)."""
-        return linear_response(lambda s: self._zdot(state, s), base, index, mask)
+        each neuron's matrix ``∂żᵢⱼ/∂λₗⱼ`` over its examples `index`, from
+        `slope_linearization`'s value (see `linear_response`, which this default uses: K
+        linearized evaluations of the field; a dynamics that knows its structure overrides
+        both with the closed form)."""
+        return response_columns(*linearization, base, index, mask)
 
     def slopes(self, state, positive: Bool[Array, "n m"], sliding: Bool[Array, "n m"]
                ) -> tuple[Float[Array, "n m"], Bool[Array, ""], Float[Array, "n m"]]:
@@ -219,23 +228,33 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         lo, hi = self._bounds()
         return jnp.where(sliding, 0.5 * (lo + hi), jnp.where(positive, hi, lo))
 
-    def _response(self, state, at, drive=None):
+    def _linearization(self, state, at):
+        """ż at the slopes `at` and its linearization in them, as `_response` takes it:
+        `slope_linearization` where the systems split per neuron; in the systems' layout
+        (`_grouped`: one column of all pairs) where they couple."""
+        if self._separable():
+            return self.slope_linearization(state, at)
+        return jax.linearize(lambda s: self._grouped(self._zdot(state, s.reshape(at.shape))),
+                             self._grouped(at))
+
+    def _response(self, state, at, drive=None, linearization=None):
         """`equivalent_control`'s `response` in the systems' layout (`_grouped`): ż at the
-        slopes `at` (or `drive` in its place) and each system's matrix ``∂ż/∂λ`` there."""
+        slopes `at` (or `drive` in its place) and each system's matrix ``∂ż/∂λ`` there, from
+        `_linearization`'s value at `at` (computed here if not given)."""
+        if linearization is None:
+            linearization = self._linearization(state, at)
         if self._separable():
             def response(index, mask):
-                zdot0, matrix = self.slope_response(state, at, index, mask)
+                zdot0, matrix = self.slope_response(state, at, index, mask, linearization)
                 return (zdot0 if drive is None else drive), matrix
             return response
 
         def response(index, mask):
-            zdot0, matrix = linear_response(
-                lambda s: self._grouped(self._zdot(state, s.reshape(at.shape))),
-                self._grouped(at), index, mask)
+            zdot0, matrix = response_columns(*linearization, self._grouped(at), index, mask)
             return (zdot0 if drive is None else self._grouped(drive)), matrix
         return response
 
-    def _newton(self, state, base, sliding, rows):
+    def _newton(self, state, base, sliding, rows, linearization):
         """A coupled system's multipliers: ż is multi-affine in the slopes (a product of the
         slopes of one example's pairs in different layers), so `equivalent_control`'s one
         linear solve is a Newton step from the box's middle. Where no example slides in two
@@ -247,28 +266,30 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         step below `_COUPLED_STEP`, or ż on the sliding pairs that respond to their slopes
         (stiffness ≠ 0) below `_COUPLED_RESIDUAL` of the start's (late in a flow, ż ~ 1e-13,
         round-off leaves it at ~1e-17 and the steps bounce at ~1e-5; a system with no root
-        keeps it at its start's order). One sliding pair (`rows` 1): one step is exact."""
+        keeps it at its start's order). One sliding pair (`rows` 1): one step is exact.
+        `linearization`: `_linearization`'s value at `base` (shared with the other sizes)."""
         grouped = self._grouped(sliding)
 
-        def step(at):
+        def step(at, linearization=None):
             slopes, ok, stiffness = equivalent_control(
-                self._response(state, at), self._grouped(at), grouped, rows)
+                self._response(state, at, linearization=linearization), self._grouped(at),
+                grouped, rows)
             return slopes.reshape(at.shape), ok, stiffness.reshape(at.shape)
 
         if rows == 1:
-            return step(base)
+            return step(base, linearization)
 
-        def rest(at, stiffness):
-            return jnp.max(jnp.where(sliding & (stiffness != 0),
-                                     jnp.abs(self._zdot(state, at)), 0.0))
+        def rest(at, stiffness, zdot=None):
+            zdot = self._zdot(state, at) if zdot is None else zdot
+            return jnp.max(jnp.where(sliding & (stiffness != 0), jnp.abs(zdot), 0.0))
 
         def round_(_, carry):
             at, ok, _, _ = carry
             slopes, fine, stiffness = step(at)
             return slopes, ok & fine, stiffness, jnp.max(jnp.abs(slopes - at))
 
-        first = step(base)
-        start = rest(base, first[2])
+        first = step(base, linearization)
+        start = rest(base, first[2], linearization[0].reshape(base.shape))
         affine = rest(first[0], first[2]) <= _AFFINE_RESIDUAL * start
 
         def iterate():
@@ -289,13 +310,14 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         sizes = (_system_sizes(self.max_sliding_rows) if self._separable()
                  else tuple(sorted({1, self.max_sliding_rows})))
 
-        def slide(rows):
+        point = base if at is None else at
+
+        def slide(rows, linearization):
             def solve():
                 if drive is None and not self._separable():
-                    return self._newton(state, base, sliding, rows)
-                point = base if at is None else at
+                    return self._newton(state, base, sliding, rows, linearization)
                 slopes, ok, stiffness = equivalent_control(
-                    self._response(state, point, drive), self._grouped(point),
+                    self._response(state, point, drive, linearization), self._grouped(point),
                     self._grouped(sliding), rows)
                 return slopes.reshape(base.shape), ok, stiffness.reshape(base.shape)
             return solve
@@ -310,11 +332,15 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         most = eqxi.unvmap_max(jnp.max(jnp.sum(self._grouped(sliding), axis=0)))
         # (The smallest size ≥ most: a count, not `searchsorted`, whose loop XLA on CPU
         # compiles at every site of the field.)
-        branch = jnp.where(most == 0, 0, 1 + jnp.minimum(
-            jnp.sum(jnp.asarray(sizes) < most), len(sizes) - 1))
-        return jax.lax.switch(
-            branch, [lambda: (base, jnp.array(True), jnp.zeros_like(base))]
-            + [slide(rows) for rows in sizes])
+        branch = jnp.minimum(jnp.sum(jnp.asarray(sizes) < most), len(sizes) - 1)
+
+        def some_slide():
+            # The field's linearization in the slopes, shared by the branches per size.
+            linearization = self._linearization(state, point)
+            return jax.lax.switch(branch, [slide(rows, linearization) for rows in sizes])
+
+        return jax.lax.cond(most == 0, lambda: (base, jnp.array(True), jnp.zeros_like(base)),
+                            some_slide)
 
     # --- switching -------------------------------------------------------------------------
     def _pair_values(self, state, positive, sliding):
