@@ -103,6 +103,7 @@ def sizes(funcs: dict[str, Function], entry: str = "main") -> dict:
 
 
 def _base(name: str) -> str:
+    """A function's name without the numeric suffix of its trace (``_step_76`` → ``_step``)."""
     return re.sub(r"_\d+$", "", name)
 
 
@@ -131,6 +132,8 @@ def lowered_solve(key: str) -> str:
 
 
 def measure(key: str, top: int) -> dict:
+    """One case's row: sizes, the multiplier solve's sites (by calling function) and share, and
+    the `top` functions by share."""
     t0 = time.perf_counter()
     s = sizes(parse(lowered_solve(key)))
     total = s["total"]
