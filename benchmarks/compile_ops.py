@@ -81,25 +81,25 @@ def sizes(funcs: dict[str, Function], entry: str = "main") -> dict:
                 n * size(callee) for callee, n in f.calls.items())
         return inlined[name]
 
-    sites: collections.Counter = collections.Counter()
+    called_by: dict = collections.defaultdict(dict)  # called_by[f][g]: calls of f in g
+    for name, f in funcs.items():
+        for callee, n in f.calls.items():
+            called_by[callee][name] = n
+    copies: dict[str, int] = {entry: 1}
 
-    def walk(name: str, times: int) -> None:
-        for callee, n in funcs.get(name, Function()).calls.items():
-            sites[callee] += n * times
-            walk(callee, n * times)
+    def count(name: str) -> int:  # copies of `name` once everything is inlined
+        if name not in copies:
+            copies[name] = sum(n * count(g) for g, n in called_by[name].items())
+        return copies[name]
 
-    walk(entry, 1)
+    sites = {k: count(k) for k in {*funcs, *called_by} if k != entry and count(k) > 0}
     total = size(entry)
     # Per function, the functions that call it, by their copies' calls (``callers[g][f]``:
     # copies of g that the copies of f hold).
-    callers: dict = collections.defaultdict(collections.Counter)
-    for name, f in funcs.items():
-        times = 1 if name == entry else sites.get(name, 0)
-        for callee, n in f.calls.items():
-            callers[callee][name] += n * times
+    callers = {k: {g: n * count(g) for g, n in called_by[k].items() if count(g) > 0}
+               for k in sites}
     return dict(total=total, written=sum(f.ops for f in funcs.values()),
-                inlined={k: size(k) for k in sites}, sites=dict(sites),
-                callers={k: dict(v) for k, v in callers.items()})
+                inlined={k: size(k) for k in sites}, sites=sites, callers=callers)
 
 
 def _base(name: str) -> str:
