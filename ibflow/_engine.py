@@ -8,11 +8,13 @@ A solve runs up to two phases of that loop: the explicit solver, stopped by the 
 the equilibrium for dynamics that have one attracting equilibrium (`EquilibriumNewton`), else the
 loop continued with an implicit Runge–Kutta method whose stage equations use the dynamics'
 structured Jacobian (`StructuredChord`): dense closed form for reductions, low rank by Woodbury
-in parameter space, so no p × p matrix is formed. A smooth flow is the loop's one-mode case (one
-segment per phase); switching dynamics (piecewise-linear models, [THEORY §8.2][theory-8-2]) run
-segment by segment, switch to switch, and the phase change is one more segment boundary (the
-tail continues the explicit phase's mode, kink report, saved states and step size). One step
-budget (`max_steps`) covers both phases; a stalled clock ends a phase early.
+in parameter space, so no p × p matrix is formed. The two phases are the loop's two legs
+(`ibflow._segments.Leg`). A smooth flow is the loop's one-mode case (one segment per leg);
+switching dynamics (piecewise-linear models, [THEORY §8.2][theory-8-2]) run segment by segment,
+switch to switch, in one loop for both legs: the phase change is one more segment boundary (the
+tail continues the explicit phase's mode, kink report, saved states and step size), and the
+compiled program holds one transition. One step budget (`max_steps`) covers both phases; a
+stalled clock ends a phase early.
 
 A flow need not interpolate ([THEORY §8.3][theory-8-3]): in parameter space the explicit phase
 also ends where the flow's field vanishes with the loss above its level (`Stationarity`), and so
@@ -31,7 +33,7 @@ from ._dynamics.base import AbstractDynamics, AbstractStationaryEndDynamics
 from ._dynamics.stationarity import Stationarity
 from ._errors import check_result
 from ._progress import LossProgress
-from ._segments import DEFAULT_MAX_SWITCHES, field_norm, observe_saved, run_segments, start
+from ._segments import DEFAULT_MAX_SWITCHES, Leg, field_norm, observe_saved, run_segments, start
 from ._solution import Solution, Trajectory, observation, with_predictor
 from ._status import Status
 from ._tail.base import AbstractTail
@@ -177,30 +179,32 @@ def _stationary_newton(dynamics, state, start, run, budget, loss_scale):
     return state + jax.lax.stop_gradient(best - x), count
 
 
-def _tail_phase(dynamics, tail, first, *, budget, options, progress, stationarity=None):
-    """The second phase from where the first stopped, run by the tail strategy (an
-    `AbstractTail`: Newton to the equilibrium, or an implicit Runge–Kutta method with the
-    structured root finder, continuing the segment loop from `first`).
-    It runs only where the first phase stopped at its level and above the target: a target at
-    or above the switch level is the first phase's own stop. (A tail started below its stop
-    level sees no crossing of the segment loop's loss event, ``log(L/stop)``, and ran on to
-    ``t_max``: ``Solution.time`` 1e14 and the limit instead of the path at the target.)"""
+def _finish(dynamics, tail, first, *, budget, options, progress):
+    """The last phase from where the segment loop stopped, run by a tail that finishes the
+    flow itself (`AbstractTail.run`: Newton to the equilibrium). It runs only where the loop
+    stopped at its level and above the target: a target at or above the switch level is the
+    loop's own stop."""
     run = (first.status == Status.converged) & (
         dynamics.loss(first.state) > options.target_loss)
-
-    def integrate(solver):
-        # The tail starts with the step the explicit phase would have taken next (stability-
-        # limited there, so small for an implicit method, which grows it; Diffrax's own
-        # selection costs two field evaluations and started smaller still). It tests for
-        # stationarity too: the stiffness watch may hand over a flow that is coming to rest
-        # above the target (a spurious minimum), which would otherwise run to its budget.
-        return run_segments(dynamics, _with_structured_root_finder(
-            solver, dynamics, first.state, first.mode), first,
-                            stop_at=options.target_loss, options=options, budget=budget,
-                            run=run, progress=progress, stationarity=stationarity)
-
     return tail.run(dynamics, first, run=run, stop_at=options.target_loss,
-                    budget=budget - first.steps, progress=progress, integrate=integrate)
+                    budget=budget - first.steps, progress=progress)
+
+
+def _legs(dynamics, options, begin, first_stop, watch):
+    """The segment loop's legs: the explicit solver down to `first_stop` (with the stiffness
+    `watch`), then, where the tail continues the loop (`AbstractTail.segment_solver`: an
+    implicit Runge–Kutta method), that solver with the structured root finder down to the
+    target. The tail starts with the step the explicit phase would have taken next
+    (stability-limited there, so small for an implicit method, which grows it; Diffrax's own
+    selection costs two field evaluations and started smaller still)."""
+    legs = (Leg(solver=options.solver, stop_at=first_stop, watch=watch),)
+    tail = options.stiff_solver
+    solver = None if tail is None else tail.segment_solver()
+    if solver is not None:
+        legs += (Leg(solver=_with_structured_root_finder(solver, dynamics, begin.state,
+                                                         begin.mode),
+                     stop_at=options.target_loss),)
+    return legs
 
 
 def _status(status, final_loss, target_loss):
@@ -228,14 +232,14 @@ def traced_solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
         watch = StiffnessWatch(loss=dynamics.loss, ceiling=STIFF_CEILING * options.loss_scale)
     begin = start(dynamics, options.save_at, options.dt0)
     stationarity = _stationarity(dynamics, begin)
-    phase = run_segments(dynamics, options.solver, begin, stop_at=first_stop, options=options,
-                         budget=budget, progress=progress, watch=watch,
+    phase = run_segments(dynamics, _legs(dynamics, options, begin, first_stop, watch), begin,
+                         options=options, budget=budget, progress=progress,
                          stationarity=stationarity)
     status = phase.status
-    if tail is not None:
+    if tail is not None and tail.segment_solver() is None:
         first = phase
-        phase = _tail_phase(dynamics, tail, first, budget=budget, options=options,
-                            progress=progress, stationarity=stationarity)
+        phase = _finish(dynamics, tail, first, budget=budget, options=options,
+                        progress=progress)
         # A first phase that failed, stalled or ran out of budget decides the outcome.
         status = Status.where(first.status == Status.converged, phase.status, first.status)
     steps, accepted = phase.steps, phase.accepted

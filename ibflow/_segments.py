@@ -7,13 +7,16 @@ flow is the one-mode case: a single segment, ended by the boolean stop ``L ≤ s
 field at rest). A switching dynamics (`AbstractSwitchingDynamics`) runs segment after segment:
 each ends at the first root of its loss, switch or rest event, located on the dense output,
 and at a switch ``dynamics.transition`` picks the next mode. A phase change of the engine
-(explicit solver → implicit tail) is one more boundary: the next run continues the `Phase` the
-last one returned (its mode, kink report, saved states, step count and next step size) with
-another solver. Statuses are mapped in one place (`_segment_status`).
+(explicit solver → implicit tail) is one more boundary: a run holds one `Leg` per phase (its
+solver, stop level and stiffness watch), and where a leg reaches its level the loop continues
+with the next one (its mode, kink report, saved states, step count and next step size carried
+on), through the same transition between segments. Statuses are mapped in one place
+(`_segment_status`).
 """
 
 import diffrax as dfx
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -47,12 +50,23 @@ class SavedStates(eqx.Module):
     covered: Array
 
 
+class Leg(eqx.Module):
+    """One phase of a run of the segment loop: its adaptive `solver`, the loss level `stop_at`
+    that ends it and, for a phase that hands over to a stiff one, the stiffness `watch` (an
+    `ibflow._tail.stiffness.StiffnessWatch`, or None), which ends it as soon as it turns stiff.
+    A run's legs stop at non-increasing levels."""
+
+    solver: dfx.AbstractAdaptiveSolver
+    stop_at: Array
+    watch: object = None
+
+
 class Phase(eqx.Module):
-    """The loop's state, and where a run of it (a phase of a solve) stopped: the ODE state and
-    clock, the steps taken so far in the solve (attempted and accepted), the status of the last
-    run (`converged`: it reached its stop level), the saved states (`SavedStates`, or None), the
-    mode and kink report (None for smooth dynamics) and the step to start the next run with
-    (0: Diffrax selects it)."""
+    """The loop's state, and where a run of it stopped: the ODE state and clock, the steps
+    taken so far in the solve (attempted and accepted), the status of the last run
+    (`converged`: it reached its stop level), the saved states (`SavedStates`, or None), the
+    mode and kink report (None for smooth dynamics), the step to start the next segment with
+    where it carries one on (0: Diffrax selects it) and the index of the `Leg` it is in."""
 
     state: object
     clock: Array
@@ -63,11 +77,30 @@ class Phase(eqx.Module):
     mode: Mode | None
     report: KinkReport | None
     proposed_dt: Array
+    leg: Array
 
 
 class _Carry(eqx.Module):
     phase: Phase
     done: Array
+    #: the next segment starts with ``phase.proposed_dt`` (a run's start, a hand-over to the
+    #: next leg); after a switch Diffrax selects the first step
+    carry_dt: Array
+
+
+class _Segment(eqx.Module):
+    """What one ``diffeqsolve`` of a segment returns: the end state and clock, its attempted
+    and accepted steps, Diffrax's result, whether the stiffness watch ended it, the step it
+    proposed next and the saved states so far."""
+
+    state: object
+    clock: Array
+    steps: Array
+    accepted: Array
+    result: dfx.RESULTS
+    stiff: Array
+    proposed_dt: Array
+    saved: SavedStates | None
 
 
 def _where_rows(rows, a, b):
@@ -112,20 +145,20 @@ def start(dynamics, save_at, dt0) -> Phase:
     return Phase(state=state, clock=jnp.zeros(()), steps=zero, accepted=zero,
                  status=Status.converged, saved=saved, mode=mode,
                  report=None if mode is None else empty_report(mode),
-                 proposed_dt=jnp.zeros(()) if dt0 is None else jnp.asarray(dt0, dtype=float))
+                 proposed_dt=jnp.zeros(()) if dt0 is None else jnp.asarray(dt0, dtype=float),
+                 leg=zero)
 
 
-def _segment_status(sol, *, stopped, at_rest, switched, over_budget, degenerate, loss, too_many,
-                    sliding):
-    """The `Status` of a run after one segment: the one place it is mapped."""
+def _segment_status(seg, *, stopped, at_rest, switched, over_budget, degenerate, loss,
+                    too_many, sliding):
+    """The `Status` of a run after one segment (a `_Segment`): the one place it is mapped."""
     status = Status.where(stopped, Status.converged, Status.where(
         at_rest, Status.stationary, Status.solver_failed))
     status = Status.where(
-        (sol.result == dfx.RESULTS.max_steps_reached) | (sol.result == dfx.RESULTS.successful)
+        (seg.result == dfx.RESULTS.max_steps_reached) | (seg.result == dfx.RESULTS.successful)
         | (switched & over_budget), Status.budget_exhausted, status)
-    stiff = sol.controller_state.stiff
-    status = Status.where(sol.result == dfx.RESULTS.dt_min_reached,
-                          Status.where(stiff, Status.converged, Status.stalled), status)
+    status = Status.where(seg.result == dfx.RESULTS.dt_min_reached,
+                          Status.where(seg.stiff, Status.converged, Status.stalled), status)
     status = Status.where(switched & too_many, Status.unresolved_switching, status)
     status = Status.where(switched & degenerate, Status.degenerate_sliding, status)
     return Status.where(jnp.isfinite(loss), status, Status.where(
@@ -200,9 +233,9 @@ def _switching_event(dynamics, stop_at, stationarity):
     return event
 
 
-def _smooth_end(dynamics, sol, state, loss, stop_at, stationarity):
-    """How a one-mode segment ended: ``(stopped, at_rest)``."""
-    occurred = sol.result == dfx.RESULTS.event_occurred
+def _smooth_end(dynamics, result, state, loss, stop_at, stationarity):
+    """How a one-mode segment ended (Diffrax's `result`): ``(stopped, at_rest)``."""
+    occurred = result == dfx.RESULTS.event_occurred
     if stationarity is None:
         return occurred, jnp.array(False)
     at_rest = occurred & ~(loss <= stop_at) & stationarity.reached(
@@ -217,8 +250,9 @@ def _transition(dynamics, t, state, mode, rtol, atol):
     return dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
 
 
-def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol, stop_at):
-    """How a segment of a switching dynamics ended, and the state and mode after it:
+def _switching_end(dynamics, result, t, state, loss, mode, stationarity, rtol, atol, stop_at):
+    """How a segment of a switching dynamics ended (Diffrax's `result`), and the state and
+    mode after it:
     ``(stopped, at_rest, switched, new_state, new_mode, counts)``."""
     # The root finder also asks |value| < atol at the root. The loss of an interpolated state
     # near a 1e-24 target carries roundoff of ~1e-4 relative (the residual is ~1e-12 of a state
@@ -231,8 +265,8 @@ def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol
     stop_end, switch_end = _stop_value(loss, stop_at), counts.event_value
     rest_end = jnp.inf if stationarity is None else stationarity.value(
         counts.event_field_norm, loss)
-    occurred = (sol.result == dfx.RESULTS.event_occurred) | (
-        (sol.result == dfx.RESULTS.nonlinear_max_steps_reached)
+    occurred = (result == dfx.RESULTS.event_occurred) | (
+        (result == dfx.RESULTS.nonlinear_max_steps_reached)
         & (jnp.minimum(jnp.minimum(stop_end, switch_end), rest_end) <= _ROUNDOFF_EVENT))
     # An event at which the loss is at its level ends the run, whichever component located it:
     # the loss event aims at half the level, so near it a switch (or the loss event itself,
@@ -250,88 +284,135 @@ def _switching_end(dynamics, sol, t, state, loss, mode, stationarity, rtol, atol
     return stopped, at_rest, switched, new_state, new_mode, counts
 
 
+def _solve_leg(dynamics, leg: Leg, event, p: Phase, active, first_dt, *, options, budget,
+               t_max) -> _Segment:
+    """One segment of leg `leg` from `p` (the one ``diffeqsolve``): members where `active` is
+    False take no step (t1 = t0) and their mode is inert (`Mode.live`: nothing slides, and
+    they make no choice for a vmapped batch). `first_dt` > 0: the first step (else Diffrax
+    selects it)."""
+    save_at = options.save_at
+    controller = BudgetController(dfx.PIDController(rtol=options.rtol, atol=options.atol),
+                                  budget - p.steps, leg.watch, first_dt)
+    t1 = jnp.where(active, t_max, p.clock)
+    subs = [dfx.SubSaveAt(t1=True)]
+    if save_at is not None:  # (within [t0, t1]: Diffrax refuses save times past t1)
+        subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, p.clock, t1), fn=lambda c, y, args: y))
+    args = p.mode if p.mode is None else eqx.tree_at(
+        lambda m: (m.sliding, m.live), p.mode, (p.mode.sliding & active, active))
+    sol = dfx.diffeqsolve(dfx.ODETerm(eqx.Partial(_vector_field, dynamics)),
+                          traced_once(leg.solver), t0=p.clock, t1=t1, dt0=None, y0=p.state,
+                          args=args, stepsize_controller=controller, event=event,
+                          saveat=dfx.SaveAt(subs=subs, controller_state=True),
+                          max_steps=options.max_steps, throw=False, adjoint=options.adjoint)
+    t = sol.ts[0][-1]
+    saved = p.saved
+    if save_at is not None:
+        covered = (save_at >= p.clock) & (save_at <= t)
+        saved = SavedStates(states=_where_rows(covered, sol.ys[1], saved.states),
+                            covered=saved.covered | covered)
+    return _Segment(state=jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0]), clock=t,
+                    steps=sol.stats["num_steps"], accepted=sol.stats["num_accepted_steps"],
+                    result=sol.result, stiff=sol.controller_state.stiff,
+                    proposed_dt=sol.controller_state.proposed_dt, saved=saved)
+
+
+def _idle(p: Phase) -> _Segment:
+    """A segment that takes no step (a leg none of a vmapped batch's members is in)."""
+    zero = jnp.zeros_like(p.steps)
+    return _Segment(state=p.state, clock=p.clock, steps=zero, accepted=zero,
+                    result=dfx.RESULTS.successful, stiff=jnp.array(False),
+                    proposed_dt=p.proposed_dt, saved=p.saved)
+
+
+def _leg_segment(dynamics, legs, events, carry: _Carry, only, **kwargs) -> _Segment:
+    """The segment of each member's current leg: leg `only` (static) where given, else every
+    leg behind a ``lax.cond`` on whether any member is in it (reduced over a vmapped batch, so
+    a batch whose members are all in one leg runs that leg's solve alone), the members' own
+    chosen after."""
+    p, done = carry.phase, carry.done
+    first_dt = jnp.where(carry.carry_dt, p.proposed_dt, 0.0)
+    if only is not None or len(legs) == 1:
+        i = only or 0
+        return _solve_leg(dynamics, legs[i], events[i], p, ~done & (p.leg == i), first_dt,
+                          **kwargs)
+    segments = []
+    for i, (leg, event) in enumerate(zip(legs, events, strict=True)):
+        active = ~done & (p.leg == i)
+        segments.append(jax.lax.cond(
+            eqxi.unvmap_any(active),
+            lambda leg=leg, event=event, active=active: _solve_leg(
+                dynamics, leg, event, p, active, first_dt, **kwargs),
+            lambda: _idle(p)))
+    out = segments[0]
+    for i, seg in enumerate(segments[1:], start=1):
+        out = _select(p.leg == i, seg, out)
+    return out
+
+
+def _stop_of(legs, index):
+    """The stop level of leg `index` (traced)."""
+    stops = jnp.stack([jnp.asarray(leg.stop_at, dtype=float) for leg in legs])
+    return stops[jnp.clip(index, 0, len(legs) - 1)]
+
+
 def run_segments(
-    dynamics, solver: dfx.AbstractAdaptiveSolver, phase: Phase, *, stop_at, options, budget,
-    run=True, progress=None, watch=None, stationarity: Stationarity | None = None,
+    dynamics, legs: tuple[Leg, ...], phase: Phase, *, options, budget, run=True, progress=None,
+    stationarity: Stationarity | None = None,
 ) -> Phase:
-    """Integrate `dynamics` with `solver` from `phase` (where `run` holds) until ``L ≤ stop_at``,
-    switching modes at located events; returns the `Phase` where it stopped.
+    """Integrate `dynamics` from `phase` (where `run` holds) leg after leg: each `Leg`'s solver
+    until the loss reaches its ``stop_at`` (or its watch finds it stiff), then the next leg's,
+    switching modes at located events; returns the `Phase` where the last leg stopped (or
+    where the run ended otherwise).
 
     `options` gives the tolerances, ``t_max``, ``save_at``, ``max_steps`` (static: sizes each
     ``diffeqsolve``), ``max_switches`` and ``adjoint``. `budget` (may be traced) bounds the
     attempted steps of the whole solve, this run's and earlier ones' (``phase.steps``), through
     the engine's `BudgetController`, which also ends a segment whose clock stalls. With a
-    `watch` (`ibflow._tail.stiffness.StiffnessWatch`) a segment that turns stiff ends the run
-    as converged (the engine's explicit phase hands over to its implicit tail there). With a
-    `stationarity` reference the flow also ends where its field comes to rest above `stop_at`
-    (a spurious minimum, a Clarke-stationary point on a kink): ``Status.stationary``. Saved
-    states (``phase.saved``) record the state at each save time a segment covers;
+    `stationarity` reference the flow also ends where its field comes to rest above the stop
+    level (a spurious minimum, a Clarke-stationary point on a kink): ``Status.stationary``.
+    Saved states (``phase.saved``) record the state at each save time a segment covers;
     `observe_saved` maps them to observations after the solve. (Observing inside the loop would
     copy every observation per segment: 64 models of a two-layer classifier with d = 784 are
     40 MB.)
 
-    Works under ``jit``, ``vmap`` (each member keeps its own mode and counts) and reverse-mode
-    differentiation (the loop of segments is checkpointed; the event times are differentiable,
-    so a crossing's jump in the field enters the derivative).
+    A smooth flow runs one segment per leg. A switching one runs one loop of segments for all
+    its legs: a hand-over to the next leg is a segment boundary like a switch, so the compiled
+    program holds one transition, not one per leg.
 
-    The status: converged (`stop_at` reached), stationary, budget_exhausted, stalled,
-    nonfinite, solver_failed, unresolved_switching or degenerate_sliding.
+    Works under ``jit``, ``vmap`` (each member keeps its own leg, mode and counts) and
+    reverse-mode differentiation (the loop of segments is checkpointed; the event times are
+    differentiable, so a crossing's jump in the field enters the derivative).
+
+    The status: converged (the last leg's `stop_at` reached), stationary, budget_exhausted,
+    stalled, nonfinite, solver_failed, unresolved_switching or degenerate_sliding.
     """
     switching = phase.mode is not None
-    save_at, rtol, atol = options.save_at, options.rtol, options.atol
-    t0, first_dt = phase.clock, phase.proposed_dt
-    t_max = jnp.where(run, options.t_max, t0)
-    event = (_switching_event(dynamics, stop_at, stationarity) if switching
-             else _smooth_event(dynamics, stop_at, stationarity, progress))
-    term = dfx.ODETerm(eqx.Partial(_vector_field, dynamics))
+    t_max = jnp.where(run, options.t_max, phase.clock)
+    events = [_switching_event(dynamics, leg.stop_at, stationarity) if switching
+              else _smooth_event(dynamics, leg.stop_at, stationarity, progress) for leg in legs]
+    solve = dict(options=options, budget=budget, t_max=t_max)
+    last = len(legs) - 1
 
-    stepper = traced_once(solver)
-
-    def segment(carry: _Carry) -> _Carry:
+    def segment(carry: _Carry, only=None) -> _Carry:
         p, done = carry.phase, carry.done
-        # A run's first segment starts with the step the phase before proposed; a restart at a
-        # switch lets Diffrax select its first step. (Carrying the step across switches saves a
-        # few steps of a sliding leaky neuron, but the mode changes there: on digits, where
-        # segments are ~1 step long, a carried step is often rejected where the new mode needs
-        # a smaller one, and costs more steps than it saves.)
-        controller = BudgetController(dfx.PIDController(rtol=rtol, atol=atol),
-                                      budget - p.steps, watch,
-                                      jnp.where(p.clock == t0, first_dt, 0.0))
-        subs = [dfx.SubSaveAt(t1=True)]
-        if save_at is not None:
-            subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, p.clock, t_max),
-                                      fn=lambda c, y, args: y))
-        # Under vmap the loop runs until every member is done; a member that is done already
-        # takes no step (t1 = t0) instead of integrating on past its stop, and its mode is
-        # inert (`Mode.live`): nothing slides, and it makes no choice for the batch.
-        args = p.mode if not switching else eqx.tree_at(
-            lambda m: (m.sliding, m.live), p.mode, (p.mode.sliding & ~done, ~done))
-        sol = dfx.diffeqsolve(term, stepper, t0=p.clock, t1=jnp.where(done, p.clock, t_max),
-                              dt0=None, y0=p.state, args=args, stepsize_controller=controller,
-                              event=event, saveat=dfx.SaveAt(subs=subs, controller_state=True),
-                              max_steps=options.max_steps, throw=False, adjoint=options.adjoint)
-        state = jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
-        t = sol.ts[0][-1]
-        saved = p.saved
-        if save_at is not None:
-            covered = (save_at >= p.clock) & (save_at <= t)
-            saved = SavedStates(states=_where_rows(covered, sol.ys[1], saved.states),
-                                covered=saved.covered | covered)
-        steps = p.steps + sol.stats["num_steps"]
+        seg = _leg_segment(dynamics, legs, events, carry, only, **solve)
+        state, t, stop_at = seg.state, seg.clock, _stop_of(legs, p.leg)
+        steps = p.steps + seg.steps
         loss = dynamics.loss(state)
         mode, report, no = p.mode, p.report, jnp.array(False)
         switched, too_many, degenerate = no, no, no
         if switching:
             stopped, at_rest, switched, new_state, new_mode, counts = _switching_end(
-                dynamics, sol, t, state, loss, p.mode, stationarity, rtol, atol, stop_at)
-            # A switch due where the run stops at its loss level (the same event): the next
-            # phase (the explicit phase hands over to its tail there) starts in the new mode.
-            # In the old one its event function would start at or below 0 and, seeing only
-            # down-crossings, never fire again: a ReLU student whose crossing coincided with
-            # the hand-over crept on the wrong slope until its budget ran out.
+                dynamics, seg.result, t, state, loss, p.mode, stationarity, options.rtol,
+                options.atol, stop_at)
+            # A switch due where the leg stops at its loss level (the same event): the next
+            # leg starts in the new mode. In the old one its event function would start at or
+            # below 0 and, seeing only down-crossings, never fire again: a ReLU student whose
+            # crossing coincided with the hand-over crept on the wrong slope until its budget
+            # ran out.
             due = switched | (stopped & (counts.event_value <= 0) & ~counts.degenerate)
             mode = _select(due, new_mode, p.mode)
-            # (Where the run stops, its state stays the one whose loss reached the level.)
+            # (Where the leg stops, its state stays the one whose loss reached the level.)
             state = _select(switched, new_state, state)
             report = logged(report, due, counts, t, t - p.clock, mode, old_mode=p.mode)
             too_many = report.switches >= options.max_switches
@@ -339,34 +420,41 @@ def run_segments(
             if progress is not None:
                 progress.update(loss)
         else:
-            stopped, at_rest = _smooth_end(dynamics, sol, state, loss, stop_at, stationarity)
-        status = _segment_status(sol, stopped=stopped, at_rest=at_rest, switched=switched,
+            stopped, at_rest = _smooth_end(dynamics, seg.result, state, loss, stop_at,
+                                           stationarity)
+        status = _segment_status(seg, stopped=stopped, at_rest=at_rest, switched=switched,
                                  over_budget=steps >= budget, degenerate=degenerate, loss=loss,
                                  too_many=too_many,
                                  sliding=no if mode is None else jnp.any(mode.sliding))
-        new = Phase(state=state, clock=t, steps=steps,
-                    accepted=p.accepted + sol.stats["num_accepted_steps"], status=status,
-                    saved=saved, mode=mode, report=report,
-                    proposed_dt=sol.controller_state.proposed_dt)
-        finished = ~switched | (steps >= budget) | too_many | (switched & degenerate) | (
-            ~jnp.isfinite(loss))
-        return _Carry(phase=new, done=done | finished)
+        # The leg reached its level (or turned stiff) above the next leg's: hand over.
+        hand_over = (~switched & (status == Status.converged) & (p.leg < last)
+                     & (loss > _stop_of(legs, p.leg + 1)))
+        new = Phase(state=state, clock=t, steps=steps, accepted=p.accepted + seg.accepted,
+                    status=status, saved=seg.saved, mode=mode, report=report,
+                    proposed_dt=seg.proposed_dt, leg=p.leg + hand_over.astype(p.leg.dtype))
+        finished = (~switched & ~hand_over) | (steps >= budget) | too_many | (
+            switched & degenerate) | ~jnp.isfinite(loss)
+        return _Carry(phase=new, done=done | finished, carry_dt=hand_over)
 
-    # Already at the stop level: no segment (the loss event, a down-crossing, would never
-    # occur, and the run would go on to the budget, far below a target that was above the
-    # loss at its start).
-    reached = dynamics.loss(phase.state) <= stop_at
+    # Already at a leg's stop level: that leg takes no segment (its loss event, a
+    # down-crossing, would never occur, and the run would go on to the budget, far below a
+    # target that was above the loss at its start); at the last one's, the run is done.
+    loss = dynamics.loss(phase.state)
+    leg = phase.leg + sum((loss <= leg.stop_at).astype(phase.leg.dtype) for leg in legs[:-1])
+    reached = loss <= legs[-1].stop_at
     # A start at rest (the reference's field is that of this state: all-zero weights, a
     # saddle) never moves, and its rest value, −∞, has no down-crossing either.
     still = ~reached & (jnp.array(False) if stationarity is None else stationarity.field0 <= 0)
     status = Status.where(reached, Status.converged,
                           Status.where(still, Status.stationary, phase.status))
-    init = _Carry(phase=eqx.tree_at(lambda p: p.status, phase, status),
-                  done=reached | still | ~jnp.asarray(run))
-    if not switching:  # one mode: one segment (a member done on entry keeps its phase)
-        return _select(init.done, init.phase, segment(init).phase)
+    carry = _Carry(phase=eqx.tree_at(lambda p: (p.status, p.leg), phase, (status, leg)),
+                   done=reached | still | ~jnp.asarray(run), carry_dt=jnp.array(True))
+    if not switching:  # one mode: one segment per leg (a member not in it keeps its phase)
+        for i in range(len(legs)):
+            carry = _select(carry.done | (carry.phase.leg != i), carry, segment(carry, only=i))
+        return carry.phase
     # Checkpointed: reverse-mode differentiable. Each segment takes at least one step, so
     # `max_steps` bounds the segments.
-    out = eqx.internal.while_loop(lambda c: ~c.done, segment, init, kind="checkpointed",
+    out = eqx.internal.while_loop(lambda c: ~c.done, segment, carry, kind="checkpointed",
                                   max_steps=options.max_steps)
     return out.phase

@@ -3,8 +3,8 @@ tolerances and switch level, where the explicit phase stops, whether to watch fo
 lets it run the last phase; it never asks which tail it holds ([THEORY §8.1][theory-8-1])."""
 
 import abc
-from collections.abc import Callable
 
+import diffrax as dfx
 import equinox as eqx
 from jaxtyping import Array
 
@@ -18,10 +18,13 @@ class AbstractTail(eqx.Module):
     **Methods the engine calls:** `path_defaults` (the explicit phase's default ``rtol``,
     ``atol`` and switch level before this tail), `check` (refuse dynamics or options the tail
     cannot serve, with a ValueError naming the option), `first_stop` (where the explicit phase
-    stops), `run` (the phase itself). `watches_stiffness`: whether the explicit phase should
-    also hand over as soon as it turns stiff (`StiffnessWatch`). `compacts`: whether members of
-    a vmapped batch that finish this tail early stop costing work (`ibflow._batching`), so that
-    a sweep may batch many members without their lockstep waste.
+    stops), and one of two ways to finish: `segment_solver`, an adaptive Diffrax solver with
+    which the engine's segment loop continues after the hand-over (one loop for both phases:
+    the hand-over is a segment boundary like a switch), or, where that is None, `run`, the
+    phase itself. `watches_stiffness`: whether the explicit phase should also hand over as
+    soon as it turns stiff (`StiffnessWatch`). `compacts`: whether members of a vmapped batch
+    that finish this tail early stop costing work (`ibflow._batching`), so that a sweep may
+    batch many members without their lockstep waste.
     """
 
     watches_stiffness: eqx.AbstractClassVar[bool]
@@ -40,11 +43,17 @@ class AbstractTail(eqx.Module):
         """The loss level where the explicit phase stops, given the target, the switch level
         ``max(target, stiff_switch · loss_scale)`` and the loss scale."""
 
-    @abc.abstractmethod
+    def segment_solver(self) -> dfx.AbstractAdaptiveSolver | None:
+        """The solver that continues the engine's segment loop from the hand-over to the
+        target (its event, saving and structured root finder are the engine's), or None
+        where this tail finishes the flow by its own `run`."""
+        return None
+
     def run(self, dynamics, first: Phase, *, run: Array, stop_at: Array, budget: Array,
-            progress, integrate: Callable) -> Phase:
+            progress) -> Phase:
         """The tail phase from where `first` stopped, where `run` holds, until the loss reaches
         `stop_at` or `budget` more steps are spent; the returned `Phase` counts the solve's
-        steps so far (``first.steps`` included). `integrate(solver)` continues the engine's
-        segment loop from `first` with an adaptive Diffrax solver (its event, saving and
-        structured root finder)."""
+        steps so far (``first.steps`` included). Called only where `segment_solver` is None,
+        so a tail overrides one of the two."""
+        raise NotImplementedError(
+            f"{type(self).__name__} finishes neither by a segment solver nor by a run of its own")

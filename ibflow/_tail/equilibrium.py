@@ -112,7 +112,7 @@ class EquilibriumNewton(AbstractTail):
         # A target above the limit level is an early stop: reached on the path, not by Newton.
         return jnp.where(target_loss > LIMIT_LEVEL * loss_scale, target_loss, switch_stop)
 
-    def run(self, dynamics, first, *, run, stop_at, budget, progress, integrate):
+    def run(self, dynamics, first, *, run, stop_at, budget, progress):
         state, iterations, result = newton_phase(dynamics, first.state, stop_at=stop_at,
                                                  budget=budget, tail=self, run=run)
         if progress is not None:

@@ -32,5 +32,5 @@ class IntegratedTail(AbstractTail):
     def first_stop(self, target_loss, switch_stop, loss_scale):
         return switch_stop
 
-    def run(self, dynamics, first, *, run, stop_at, budget, progress, integrate):
-        return integrate(self.solver)
+    def segment_solver(self):
+        return self.solver
