@@ -16,7 +16,6 @@ on), through the same transition between segments. Statuses are mapped in one pl
 
 import diffrax as dfx
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -26,6 +25,7 @@ from ._dynamics.stationarity import Stationarity
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.mode import KinkReport, Mode, empty_report, logged
 from ._kinks.root_finder import IllinoisBracket
+from ._leg_solver import LegSolver, with_controller_tolerances
 from ._solver_step import traced_once
 from ._status import Status
 from ._tail.budget import BudgetController
@@ -284,24 +284,24 @@ def _switching_end(dynamics, result, t, state, loss, mode, stationarity, rtol, a
     return stopped, at_rest, switched, new_state, new_mode, counts
 
 
-def _solve_leg(dynamics, leg: Leg, event, p: Phase, active, first_dt, *, options, budget,
+def _solve_leg(dynamics, solver, watch, event, p: Phase, active, first_dt, *, options, budget,
                t_max) -> _Segment:
-    """One segment of leg `leg` from `p` (the one ``diffeqsolve``): members where `active` is
-    False take no step (t1 = t0) and their mode is inert (`Mode.live`: nothing slides, and
-    they make no choice for a vmapped batch). `first_dt` > 0: the first step (else Diffrax
-    selects it)."""
+    """One segment from `p` with `solver` (the one ``diffeqsolve``; `watch`: the stiffness
+    watch or None): members where `active` is False take no step (t1 = t0) and their mode is
+    inert (`Mode.live`: nothing slides, and they make no choice for a vmapped batch).
+    `first_dt` > 0: the first step (else Diffrax selects it)."""
     save_at = options.save_at
     controller = BudgetController(dfx.PIDController(rtol=options.rtol, atol=options.atol),
-                                  budget - p.steps, leg.watch, first_dt)
+                                  budget - p.steps, watch, first_dt)
     t1 = jnp.where(active, t_max, p.clock)
     subs = [dfx.SubSaveAt(t1=True)]
     if save_at is not None:  # (within [t0, t1]: Diffrax refuses save times past t1)
         subs.append(dfx.SubSaveAt(ts=jnp.clip(save_at, p.clock, t1), fn=lambda c, y, args: y))
     args = p.mode if p.mode is None else eqx.tree_at(
         lambda m: (m.sliding, m.live), p.mode, (p.mode.sliding & active, active))
-    sol = dfx.diffeqsolve(dfx.ODETerm(eqx.Partial(_vector_field, dynamics)),
-                          traced_once(leg.solver), t0=p.clock, t1=t1, dt0=None, y0=p.state,
-                          args=args, stepsize_controller=controller, event=event,
+    sol = dfx.diffeqsolve(dfx.ODETerm(eqx.Partial(_vector_field, dynamics)), solver,
+                          t0=p.clock, t1=t1, dt0=None, y0=p.state, args=args,
+                          stepsize_controller=controller, event=event,
                           saveat=dfx.SaveAt(subs=subs, controller_state=True),
                           max_steps=options.max_steps, throw=False, adjoint=options.adjoint)
     t = sol.ts[0][-1]
@@ -316,37 +316,35 @@ def _solve_leg(dynamics, leg: Leg, event, p: Phase, active, first_dt, *, options
                     proposed_dt=sol.controller_state.proposed_dt, saved=saved)
 
 
-def _idle(p: Phase) -> _Segment:
-    """A segment that takes no step (a leg none of a vmapped batch's members is in)."""
-    zero = jnp.zeros_like(p.steps)
-    return _Segment(state=p.state, clock=p.clock, steps=zero, accepted=zero,
-                    result=dfx.RESULTS.successful, stiff=jnp.array(False),
-                    proposed_dt=p.proposed_dt, saved=p.saved)
+def _leg_watch(legs, leg):
+    """The stiffness watch of a solve shared by `legs`, live in the leg that has one (at most
+    one does: the explicit phase before a stiff tail)."""
+    watched = [(i, one.watch) for i, one in enumerate(legs) if one.watch is not None]
+    if not watched:
+        return None
+    if len(watched) > 1:
+        raise ValueError("at most one leg of a run may watch for stiffness")
+    (i, watch), = watched
+    return watch.where(leg == i)
 
 
-def _leg_segment(dynamics, legs, events, carry: _Carry, only, **kwargs) -> _Segment:
-    """The segment of each member's current leg: leg `only` (static) where given, else every
-    leg behind a ``lax.cond`` on whether any member is in it (reduced over a vmapped batch, so
-    a batch whose members are all in one leg runs that leg's solve alone), the members' own
-    chosen after."""
+def _leg_segment(dynamics, legs, event, carry: _Carry, only, *, options, **kwargs):
+    """The segment of each member's current leg: leg `only` (static) where given; else one
+    solve for every leg, whose `LegSolver` steps with the member's own leg's solver (so the
+    program holds one ``diffeqsolve``: one loop, one event function, one event root finder)."""
     p, done = carry.phase, carry.done
     first_dt = jnp.where(carry.carry_dt, p.proposed_dt, 0.0)
     if only is not None or len(legs) == 1:
         i = only or 0
-        return _solve_leg(dynamics, legs[i], events[i], p, ~done & (p.leg == i), first_dt,
-                          **kwargs)
-    segments = []
-    for i, (leg, event) in enumerate(zip(legs, events, strict=True)):
-        active = ~done & (p.leg == i)
-        segments.append(jax.lax.cond(
-            eqxi.unvmap_any(active),
-            lambda leg=leg, event=event, active=active: _solve_leg(
-                dynamics, leg, event, p, active, first_dt, **kwargs),
-            lambda: _idle(p)))
-    out = segments[0]
-    for i, seg in enumerate(segments[1:], start=1):
-        out = _select(p.leg == i, seg, out)
-    return out
+        return _solve_leg(dynamics, traced_once(legs[i].solver), legs[i].watch, event,
+                          p, ~done & (p.leg == i), first_dt, options=options, **kwargs)
+    # The legs' root finders take their tolerances from the step-size controller, which
+    # Diffrax fills in only for the solver it is given.
+    pid = dfx.PIDController(rtol=options.rtol, atol=options.atol)
+    solver = LegSolver(solvers=tuple(with_controller_tolerances(traced_once(one.solver), pid)
+                                     for one in legs), leg=p.leg)
+    return _solve_leg(dynamics, solver, _leg_watch(legs, p.leg), event, p, ~done, first_dt,
+                      options=options, **kwargs)
 
 
 def _stop_of(legs, index):
@@ -388,15 +386,20 @@ def run_segments(
     """
     switching = phase.mode is not None
     t_max = jnp.where(run, options.t_max, phase.clock)
-    events = [_switching_event(dynamics, leg.stop_at, stationarity) if switching
-              else _smooth_event(dynamics, leg.stop_at, stationarity, progress) for leg in legs]
+    # One event per leg where the legs run one after the other (one segment each); one for
+    # the loop of segments, its stop level the member's leg's.
+    events = None if switching else [_smooth_event(dynamics, leg.stop_at, stationarity, progress)
+                                     for leg in legs]
     solve = dict(options=options, budget=budget, t_max=t_max)
     last = len(legs) - 1
 
     def segment(carry: _Carry, only=None) -> _Carry:
         p, done = carry.phase, carry.done
-        seg = _leg_segment(dynamics, legs, events, carry, only, **solve)
-        state, t, stop_at = seg.state, seg.clock, _stop_of(legs, p.leg)
+        stop_at = _stop_of(legs, p.leg)
+        event = (_switching_event(dynamics, stop_at, stationarity) if switching
+                 else events[only])
+        seg = _leg_segment(dynamics, legs, event, carry, only, **solve)
+        state, t = seg.state, seg.clock
         steps = p.steps + seg.steps
         loss = dynamics.loss(state)
         mode, report, no = p.mode, p.report, jnp.array(False)

@@ -27,7 +27,8 @@ LAYERS = (
     ("ibflow._checks", "ibflow._status", "ibflow._errors", "ibflow._result",
      "ibflow._interpolants", "ibflow._activations", "ibflow._potentials", "ibflow._losses",
      "ibflow._progress", "ibflow._cache", "ibflow._models._init", "ibflow._version",
-     "ibflow._newton", "ibflow._batching", "ibflow._solver_step"),
+     "ibflow._newton", "ibflow._batching", "ibflow._solver_step",
+     "ibflow._leg_solver"),
     # 1. pieces a model or a dynamics is built from: flows (geometries), regularizers, metric
     #    fields, the tail's structured Jacobians, step budgets and stiffness estimates.
     ("ibflow._flows", "ibflow._theory.regularizers", "ibflow._theory.metrics",

@@ -39,3 +39,9 @@ class StiffnessWatch(eqx.Module):
         mark_steps = jnp.where(reset, steps, mark_steps)
         stiff = keep & (loss <= self.ceiling) & (steps - mark_steps >= STIFF_WINDOW)
         return mark_loss, mark_steps, stiff
+
+    def where(self, on) -> "StiffnessWatch":
+        """This watch where `on` holds, else one that never finds stiffness (the count runs
+        only below the ceiling, here −∞): a leg of the segment loop that watches, in a solve
+        shared by several legs."""
+        return StiffnessWatch(loss=self.loss, ceiling=jnp.where(on, self.ceiling, -jnp.inf))
