@@ -16,6 +16,7 @@ on), through the same transition between segments. Statuses are mapped in one pl
 
 import diffrax as dfx
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -328,23 +329,33 @@ def _leg_watch(legs, leg):
     return watch.where(leg == i)
 
 
-def _leg_segment(dynamics, legs, event, carry: _Carry, only, *, options, **kwargs):
-    """The segment of each member's current leg: leg `only` (static) where given; else one
-    solve for every leg, whose `LegSolver` steps with the member's own leg's solver (so the
-    program holds one ``diffeqsolve``: one loop, one event function, one event root finder)."""
-    p, done = carry.phase, carry.done
-    first_dt = jnp.where(carry.carry_dt, p.proposed_dt, 0.0)
-    if only is not None or len(legs) == 1:
-        i = only or 0
-        return _solve_leg(dynamics, traced_once(legs[i].solver), legs[i].watch, event,
-                          p, ~done & (p.leg == i), first_dt, options=options, **kwargs)
+def _leg_segment(dynamics, legs, event, p: Phase, leg, active, first_dt, *, options,
+                 **kwargs) -> _Segment:
+    """A segment of leg `leg` (one per batch: the same for every member of a vmapped batch)
+    for the members where `active` holds: with that leg's solver where the legs run one after
+    the other (a smooth flow, or a single leg); else with a `LegSolver`, so that the loop of
+    segments holds one ``diffeqsolve`` for every leg (one loop, one event function, one event
+    root finder in the program)."""
+    if isinstance(leg, int):
+        return _solve_leg(dynamics, traced_once(legs[leg].solver), legs[leg].watch, event, p,
+                          active, first_dt, options=options, **kwargs)
     # The legs' root finders take their tolerances from the step-size controller, which
     # Diffrax fills in only for the solver it is given.
     pid = dfx.PIDController(rtol=options.rtol, atol=options.atol)
     solver = LegSolver(solvers=tuple(with_controller_tolerances(traced_once(one.solver), pid)
-                                     for one in legs), leg=p.leg)
-    return _solve_leg(dynamics, solver, _leg_watch(legs, p.leg), event, p, ~done, first_dt,
+                                     for one in legs), leg=leg)
+    return _solve_leg(dynamics, solver, _leg_watch(legs, leg), event, p, active, first_dt,
                       options=options, **kwargs)
+
+
+def _batch_leg(legs, phase: Phase, done):
+    """The leg the next segment runs: the earliest leg of any member still running, reduced
+    over a vmapped batch (``unvmap_max`` of its negation). Members in later legs wait: a
+    batch whose members stepped in different legs at once would take both legs' steps (an
+    explicit and an implicit one) at every step."""
+    if len(legs) == 1:
+        return 0
+    return -eqxi.unvmap_max(-jnp.where(done, len(legs) - 1, phase.leg))
 
 
 def _stop_of(legs, index):
@@ -395,10 +406,15 @@ def run_segments(
 
     def segment(carry: _Carry, only=None) -> _Carry:
         p, done = carry.phase, carry.done
+        # One leg per segment for the whole batch (`only`, static, where the legs run one
+        # after the other); members in another leg keep their carry.
+        leg = _batch_leg(legs, p, done) if only is None else only
+        active = ~done & (p.leg == leg)
         stop_at = _stop_of(legs, p.leg)
-        event = (_switching_event(dynamics, stop_at, stationarity) if switching
+        event = (_switching_event(dynamics, _stop_of(legs, leg), stationarity) if switching
                  else events[only])
-        seg = _leg_segment(dynamics, legs, event, carry, only, **solve)
+        seg = _leg_segment(dynamics, legs, event, p, leg, active,
+                           jnp.where(carry.carry_dt, p.proposed_dt, 0.0), **solve)
         state, t = seg.state, seg.clock
         steps = p.steps + seg.steps
         loss = dynamics.loss(state)
@@ -437,7 +453,8 @@ def run_segments(
                     proposed_dt=seg.proposed_dt, leg=p.leg + hand_over.astype(p.leg.dtype))
         finished = (~switched & ~hand_over) | (steps >= budget) | too_many | (
             switched & degenerate) | ~jnp.isfinite(loss)
-        return _Carry(phase=new, done=done | finished, carry_dt=hand_over)
+        return _select(active, _Carry(phase=new, done=done | finished, carry_dt=hand_over),
+                       carry)
 
     # Already at a leg's stop level: that leg takes no segment (its loss event, a
     # down-crossing, would never occur, and the run would go on to the budget, far below a
@@ -454,7 +471,7 @@ def run_segments(
                    done=reached | still | ~jnp.asarray(run), carry_dt=jnp.array(True))
     if not switching:  # one mode: one segment per leg (a member not in it keeps its phase)
         for i in range(len(legs)):
-            carry = _select(carry.done | (carry.phase.leg != i), carry, segment(carry, only=i))
+            carry = segment(carry, only=i)
         return carry.phase
     # Checkpointed: reverse-mode differentiable. Each segment takes at least one step, so
     # `max_steps` bounds the segments.
