@@ -13,8 +13,9 @@ in parameter space, so no p × p matrix is formed. The two phases are the loop's
 switching dynamics (piecewise-linear models, [THEORY §8.2][theory-8-2]) run segment by segment,
 switch to switch, in one loop for both legs: the phase change is one more segment boundary (the
 tail continues the explicit phase's mode, kink report, saved states and step size), and the
-compiled program holds one transition. One step budget (`max_steps`) covers both phases; a
-stalled clock ends a phase early.
+compiled program holds one ``diffeqsolve`` (`ibflow._leg_solver.LegSolver`), one event function
+and one transition. One step budget (`max_steps`) covers both phases; a stalled clock ends a
+phase early.
 
 A flow need not interpolate ([THEORY §8.3][theory-8-3]): in parameter space the explicit phase
 also ends where the flow's field vanishes with the loss above its level (`Stationarity`), and so

@@ -10,8 +10,10 @@ and at a switch ``dynamics.transition`` picks the next mode. A phase change of t
 (explicit solver → implicit tail) is one more boundary: a run holds one `Leg` per phase (its
 solver, stop level and stiffness watch), and where a leg reaches its level the loop continues
 with the next one (its mode, kink report, saved states, step count and next step size carried
-on), through the same transition between segments. Statuses are mapped in one place
-(`_segment_status`).
+on), through the same transition between segments. The loop's one ``diffeqsolve`` steps with
+a `LegSolver` (each step the segment's leg's solver), so a switching flow's program holds one
+solve, one event function and one transition for both phases; each segment runs one leg for
+a whole vmapped batch (`_batch_leg`). Statuses are mapped in one place (`_segment_status`).
 """
 
 import diffrax as dfx
@@ -169,7 +171,7 @@ def _segment_status(seg, *, stopped, at_rest, switched, over_budget, degenerate,
 @eqx.filter_jit
 def _vector_field(dynamics, c, state, args):
     """``dynamics.vector_field`` behind a ``jit`` boundary: traced once per input shape for
-    every stage of every solver (both phases of a solve) instead of at each (a kinked field
+    every stage of every solver (every leg of a solve) instead of at each (a kinked field
     solves the multiplier system: `ibflow._kinks.kinked._traced_once`)."""
     return dynamics.vector_field(c, state, args)
 
@@ -246,8 +248,7 @@ def _smooth_end(dynamics, result, state, loss, stop_at, stationarity):
 
 @eqx.filter_jit
 def _transition(dynamics, t, state, mode, rtol, atol):
-    """``dynamics.transition`` behind a ``jit`` boundary: both phases of a solve share its
-    trace."""
+    """``dynamics.transition`` behind a ``jit`` boundary (traced once per input shape)."""
     return dynamics.transition(t, state, mode, rtol=rtol, atol=atol)
 
 
