@@ -6,28 +6,19 @@ root finder) and one event root finder (benchmarks/results/compile_ops.md).
 
 A segment lies within one leg (a hand-over to the next leg ends a segment, like a switch), so a
 solve never changes method between steps: the solver's state holds each leg's own, and only the
-current leg's advances. Each leg's step sits behind a ``lax.cond`` on whether any member of a
-vmapped batch is in that leg (``unvmap_any``): a batch whose members are all in one leg runs
-that leg's step alone; a batch in both legs runs both and keeps each member's own.
+current leg's advances. The step is a ``lax.switch`` on the leg, which the segment loop keeps
+the same for every member of a vmapped batch (`ibflow._segments._batch_leg`), so that a step
+runs one method: a batched leg would turn the switch into a select that runs every leg's.
 """
 
 from typing import ClassVar
 
 import diffrax as dfx
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from diffrax._root_finder import use_stepsize_tol
 from jaxtyping import Array
-
-
-def _pick(leg, values):
-    """``values[leg]``, leaf by leaf (a select: `leg` may be batched)."""
-    out = values[0]
-    for i, value in enumerate(values[1:], start=1):
-        out = jax.tree_util.tree_map(lambda v, o, i=i: jnp.where(leg == i, v, o), value, out)
-    return out
 
 
 class _LegDense(eqx.Module):
@@ -45,7 +36,8 @@ class _LegInterpolation(dfx.AbstractLocalInterpolation):
     parts: tuple
 
     def evaluate(self, t0, t1=None, left=True):
-        return _pick(self.leg, [part.evaluate(t0, t1, left) for part in self.parts])
+        return jax.lax.switch(self.leg, [lambda part=part: part.evaluate(t0, t1, left)
+                                         for part in self.parts])
 
 
 def _interpolation(*, t0, t1, leg, dense: _LegDense):
@@ -92,21 +84,24 @@ class LegSolver(dfx.AbstractAdaptiveSolver):
         return self.solvers[0].func(terms, t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        outs = []
-        for i, solver in enumerate(self.solvers):
-            def take(solver=solver, state=solver_state[i]):
-                return solver.step(terms, t0, t1, y0, args, state, made_jump)
+        classes = tuple(solver.interpolation_cls for solver in self.solvers)
+        shapes = [jax.eval_shape(lambda s=solver, st=state: s.step(
+            terms, t0, t1, y0, args, st, made_jump))
+            for solver, state in zip(self.solvers, solver_state, strict=True)]
+        zero_dense = [jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shape[2])
+                      for shape in shapes]
 
-            zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
-                                           jax.eval_shape(take))
-            outs.append(jax.lax.cond(eqxi.unvmap_any(self.leg == i), take, lambda z=zeros: z))
-        y1, y_error, result = _pick(self.leg, [(out[0], out[1], out[4]) for out in outs])
-        # Only the current leg's state advances (a leg's FSAL stage is its own solver's).
-        state = tuple(
-            jax.tree_util.tree_map(lambda new, old, i=i: jnp.where(self.leg == i, new, old),
-                                   out[3], old)
-            for i, (old, out) in enumerate(zip(solver_state, outs, strict=True)))
-        dense_info = dict(leg=self.leg, dense=_LegDense(
-            infos=tuple(out[2] for out in outs),
-            classes=tuple(solver.interpolation_cls for solver in self.solvers)))
-        return y1, y_error, dense_info, state, result
+        def branch(i):
+            def take():
+                y1, y_error, dense, state, result = self.solvers[i].step(
+                    terms, t0, t1, y0, args, solver_state[i], made_jump)
+                # Only this leg's state advances (its FSAL stage is its own solver's).
+                states = solver_state[:i] + (state,) + solver_state[i + 1:]
+                denses = tuple(zero_dense[:i]) + (dense,) + tuple(zero_dense[i + 1:])
+                return y1, y_error, denses, states, result
+            return take
+
+        y1, y_error, denses, state, result = jax.lax.switch(
+            self.leg, [branch(i) for i in range(len(self.solvers))])
+        return y1, y_error, dict(leg=self.leg, dense=_LegDense(infos=denses, classes=classes)), \
+            state, result

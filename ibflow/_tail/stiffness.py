@@ -15,8 +15,9 @@ not stiffness, and an implicit step there costs n vector-Jacobian products for n
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 #: Attempted steps without a decade of loss decrease that mark the explicit phase as stiff.
 STIFF_WINDOW = 1000
@@ -30,18 +31,28 @@ class StiffnessWatch(eqx.Module):
 
     loss: object  # state -> scalar loss
     ceiling: Float[Array, ""]
+    #: whether the watch counts at all (False: a leg of the segment loop that does not watch,
+    #: in a solve shared by several legs; the loss is then not evaluated)
+    on: Bool[Array, ""] | bool = True
 
     def update(self, steps, keep, y1, mark_loss, mark_steps):
         """The new decade mark ``(loss, steps)`` and whether the phase is now stiff."""
-        loss = self.loss(y1)
-        reset = keep & ((loss <= 0.1 * mark_loss) | (loss > self.ceiling) | ~jnp.isfinite(loss))
-        mark_loss = jnp.where(reset, loss, mark_loss)
-        mark_steps = jnp.where(reset, steps, mark_steps)
-        stiff = keep & (loss <= self.ceiling) & (steps - mark_steps >= STIFF_WINDOW)
-        return mark_loss, mark_steps, stiff
+
+        def count():
+            loss = self.loss(y1)
+            reset = keep & ((loss <= 0.1 * mark_loss) | (loss > self.ceiling)
+                            | ~jnp.isfinite(loss))
+            stiff = keep & (loss <= self.ceiling) & (
+                steps - jnp.where(reset, steps, mark_steps) >= STIFF_WINDOW)
+            return (jnp.where(reset, loss, mark_loss), jnp.where(reset, steps, mark_steps),
+                    stiff)
+
+        if self.on is True:
+            return count()
+        return jax.lax.cond(self.on, count, lambda: (mark_loss, mark_steps, jnp.array(False)))
 
     def where(self, on) -> "StiffnessWatch":
-        """This watch where `on` holds, else one that never finds stiffness (the count runs
-        only below the ceiling, here −∞): a leg of the segment loop that watches, in a solve
+        """This watch where `on` holds (unbatched: the segment loop's leg is one per batch),
+        else one that does not count: a leg of the segment loop that watches, in a solve
         shared by several legs."""
-        return StiffnessWatch(loss=self.loss, ceiling=jnp.where(on, self.ceiling, -jnp.inf))
+        return StiffnessWatch(loss=self.loss, ceiling=self.ceiling, on=jnp.asarray(on))
