@@ -61,9 +61,9 @@ def with_controller_tolerances(solver, controller):
 
 
 class LegSolver(dfx.AbstractAdaptiveSolver):
-    """The step of ``solvers[leg]`` (`leg`: the member's current leg, traced; under ``vmap``
-    each member's own). The solvers must share the vector field (ODE terms); the error order
-    for step-size control is the smallest of theirs (Tsit5 and Kvaerno5: both 5)."""
+    """The step of ``solvers[leg]`` (`leg`: the segment's leg, traced, the same for every
+    member of a vmapped batch). The solvers must share the vector field (ODE terms); the error
+    order for step-size control is the smallest of theirs (Tsit5 and Kvaerno5: both 5)."""
 
     solvers: tuple
     leg: Array
