@@ -398,10 +398,6 @@ def run_segments(
     """
     switching = phase.mode is not None
     t_max = jnp.where(run, options.t_max, phase.clock)
-    # One event per leg where the legs run one after the other (one segment each); one for
-    # the loop of segments, its stop level the member's leg's.
-    events = None if switching else [_smooth_event(dynamics, leg.stop_at, stationarity, progress)
-                                     for leg in legs]
     solve = dict(options=options, budget=budget, t_max=t_max)
     last = len(legs) - 1
 
@@ -411,9 +407,14 @@ def run_segments(
         # after the other); members in another leg keep their carry.
         leg = _batch_leg(legs, p, done) if only is None else only
         active = ~done & (p.leg == leg)
-        stop_at = _stop_of(legs, p.leg)
-        event = (_switching_event(dynamics, _stop_of(legs, leg), stationarity) if switching
-                 else events[only])
+        stop_at = _stop_of(legs, leg)
+        event = (_switching_event(dynamics, stop_at, stationarity) if switching
+                 else _smooth_event(dynamics, stop_at, stationarity, progress))
+        # A run's first segment and a leg's first start with the step proposed before; a
+        # restart at a switch lets Diffrax select its first step. (Carrying the step across
+        # switches saves a few steps of a sliding leaky neuron, but the mode changes there: on
+        # digits, where segments are ~1 step long, a carried step is often rejected where the
+        # new mode needs a smaller one, and costs more steps than it saves.)
         seg = _leg_segment(dynamics, legs, event, p, leg, active,
                            jnp.where(carry.carry_dt, p.proposed_dt, 0.0), **solve)
         state, t = seg.state, seg.clock
