@@ -447,7 +447,10 @@ def run_segments(
                                  over_budget=steps >= budget, degenerate=degenerate, loss=loss,
                                  too_many=too_many,
                                  sliding=no if mode is None else jnp.any(mode.sliding))
-        # The leg reached its level (or turned stiff) above the next leg's: hand over.
+        # The leg reached its level (or turned stiff) above the next leg's: hand over. (Not
+        # at or below it: a leg started below its stop level sees no crossing of its loss
+        # event, log(L/stop), and ran on to t_max: Solution.time 1e14 and the limit instead
+        # of the path at the target.)
         hand_over = (~switched & (status == Status.converged) & (p.leg < last)
                      & (loss > _stop_of(legs, p.leg + 1)))
         new = Phase(state=state, clock=t, steps=steps, accepted=p.accepted + seg.accepted,
