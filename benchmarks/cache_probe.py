@@ -8,8 +8,9 @@ Run it twice with the same ``IBFLOW_CACHE_DIR`` to see the caches work
 Prints one JSON line: ``{"cache_dir", "hits", "misses", "import_s", "first_call_s", "loss",
 "converged", "hit_modules", "written_modules"}`` (module names from JAX's debug log); with
 ``--sweep`` also ``"warm_s"`` (a second call in the same process) and ``"traced"`` (whether
-this process traced the sweep's batch: every process does, traced programs are not kept across
-processes; what a second process loads is the compiled program, counted in ``"hits"``).
+this process traced the sweep's batch: every process does, the sweep's traced batch is not
+kept across processes (``ibflow.integrate``'s solve is: ``ibflow/_programs.py``); what a
+second process loads is the compiled program, counted in ``"hits"``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ Python processes share one new, empty compilation-cache directory (``IBFLOW_CACH
   compiled while ``solve`` is traced, is counted once, by the outer one); the rest ("other") is
   Python, the solve itself and the cache write.
 - **cached**: the second process, whose first call loads the compiled programs from the cache
-  (it still traces and lowers: traced programs are not kept across processes).
+  and reads the traced solve that the first one exported (`ibflow._programs`), so it neither
+  traces nor lowers it; except where the configuration holds a class of the user's (README's
+  ``MyNet``, the warped flow's warp), which is traced again in every process.
 - **warm**: the median of three more calls in the cached process.
 
 Each measurement is a child process (``--child KEY``) that prints one JSON line; the parent
@@ -425,7 +427,10 @@ def table(rows: list[dict]) -> str:
 def notes(rows: list[dict]) -> str:
     out = [f"- Targets: cold first call ≤ {COLD_TARGET_S:g} s, cached first call ≤ "
            f"{CACHED_TARGET_S:g} s. Cold = trace + lower + XLA + other (Python, the solve, the "
-           "cache write); the cached call still traces and lowers."]
+           "cache write, the program export). The cached call reads the traced solve "
+           "(`ibflow-programs/`) and JAX's compiled executable, except where the configuration "
+           "holds a class of the user's (MyNet; the warp of the warped case), which it traces "
+           "again."]
     done = [r for r in rows if _ok(r)]
     if done:
         out.append("- Compiled programs per cold call (XLA compilations, every jit) / persistent-"

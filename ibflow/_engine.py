@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from . import _programs as programs
 from ._dynamics.base import AbstractDynamics, AbstractStationaryEndDynamics
 from ._dynamics.stationarity import Stationarity
 from ._errors import check_result
@@ -303,6 +304,13 @@ class _Skeleton:
         return (isinstance(other, _Skeleton) and self.treedef == other.treedef
                 and self.leaves == other.leaves)
 
+    @classmethod
+    def of_parts(cls, treedef, leaves):
+        skeleton = cls.__new__(cls)
+        skeleton.treedef, skeleton.leaves = treedef, tuple(leaves)
+        skeleton._hash = hash((treedef, skeleton.leaves))
+        return skeleton
+
     def fill(self, arrays):
         it = iter(arrays)
         return jax.tree_util.tree_unflatten(
@@ -334,9 +342,14 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     (every array leaf of the arguments is traced); works under ``jit``, ``vmap`` and
     ``grad``."""
     args = (dynamics, options)
-    skeleton = _Skeleton(args)
-    arrays = _compiled(_arrays(args), skeleton)  # traces (and records _RESULTS) first
-    out = _RESULTS[skeleton].fill(arrays)
+    skeleton, arrays = _Skeleton(args), _arrays(args)
+    # A program traced by an earlier process where one is stored (`ibflow._programs`).
+    stored = programs.run(_compiled, arrays, skeleton, _RESULTS, _ARRAY, _Skeleton.of_parts)
+    if stored is None:
+        out = _compiled(arrays, skeleton)  # traces (and records _RESULTS) first
+        out = _RESULTS[skeleton].fill(out)
+    else:
+        out = stored[1].fill(stored[0])
     if options.throw:
         # Concrete result: one `FlowError` naming the status; inside a trace: eqx.error_if.
         out = check_result(out, what="the flow", traced_message=(

@@ -26,7 +26,8 @@ LAYERS = (
     #    loop and its compacting while loop.
     ("ibflow._checks", "ibflow._status", "ibflow._errors", "ibflow._result",
      "ibflow._interpolants", "ibflow._activations", "ibflow._potentials", "ibflow._losses",
-     "ibflow._progress", "ibflow._cache", "ibflow._models._init", "ibflow._version",
+     "ibflow._progress", "ibflow._cache", "ibflow._programs", "ibflow._models._init",
+     "ibflow._version",
      "ibflow._newton", "ibflow._batching", "ibflow._solver_step",
      "ibflow._leg_solver"),
     # 1. pieces a model or a dynamics is built from: flows (geometries), regularizers, metric
