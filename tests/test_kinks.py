@@ -293,3 +293,22 @@ def test_event_root_finder_matches_brentq_in_fewer_steps_than_bisection(name):
         assert held.result == optx.RESULTS.nonlinear_max_steps_reached
         assert int(held.stats["num_steps"]) < 100
         assert abs(float(held.value) - reference) <= 1e-12
+
+
+def test_vmapped_members_in_different_legs_end_as_they_do_alone():
+    """Under ``vmap`` each segment runs one leg for the whole batch (`ibflow._segments._batch_leg`):
+    members that reach the hand-over to the implicit tail early wait in it while the others
+    finish the explicit leg. Problems at scales 0.1, 1 and 3 hand over at different segments;
+    each member must end where its own solve ends."""
+    keys = jax.random.split(jax.random.key(7), 3)
+    scales = jnp.array([0.1, 1.0, 3.0])
+    models, X, y = eqx.filter_vmap(lambda key, a: _random_leaky(key, 0.3, a, 0.0, 6, 10))(
+        keys, scales)
+    batch = eqx.filter_vmap(lambda m, X, y: ibflow.integrate(m, X, y, throw=False))(
+        models, X, y)
+    alone = _kinked(models, X, y)
+    np.testing.assert_array_equal(np.asarray(batch.status._value),
+                                  np.asarray(alone.status._value))
+    assert bool(jnp.all(alone.converged))
+    assert np.all(_relative(batch.predictor, alone.predictor) <= 1e-10)
+    assert np.all(np.asarray(alone.kinks.switches) > 0)
