@@ -291,6 +291,7 @@ class _Skeleton:
     array goes). Hashable: the key of `_compiled`'s cache."""
 
     __slots__ = ("treedef", "leaves", "_hash")
+    ARRAY = _ARRAY
 
     def __init__(self, tree):
         leaves, self.treedef = jax.tree_util.tree_flatten(tree)
@@ -342,14 +343,9 @@ def solve(dynamics: AbstractDynamics, options: SolveOptions) -> Solution:
     (every array leaf of the arguments is traced); works under ``jit``, ``vmap`` and
     ``grad``."""
     args = (dynamics, options)
-    skeleton, arrays = _Skeleton(args), _arrays(args)
-    # A program traced by an earlier process where one is stored (`ibflow._programs`).
-    stored = programs.run(_compiled, arrays, skeleton, _RESULTS, _ARRAY, _Skeleton.of_parts)
-    if stored is None:
-        out = _compiled(arrays, skeleton)  # traces (and records _RESULTS) first
-        out = _RESULTS[skeleton].fill(out)
-    else:
-        out = stored[1].fill(stored[0])
+    # Read from a program an earlier process traced where one is stored (`ibflow._programs`).
+    arrays, result = programs.run(_compiled, _arrays(args), _Skeleton(args), _RESULTS)
+    out = result.fill(arrays)
     if options.throw:
         # Concrete result: one `FlowError` naming the status; inside a trace: eqx.error_if.
         out = check_result(out, what="the flow", traced_message=(

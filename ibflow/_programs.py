@@ -71,10 +71,6 @@ class _Unstable(Exception):
     """The configuration names code that no version pins."""
 
 
-class _ArrayPlace:
-    """Stands for an array leaf in a pickled skeleton."""
-
-
 #: Singletons that PyTree structures compare by identity, written by name (persistent ids).
 #: (Equinox's marker of an unset field; the skeletons' array marker is added per call.)
 _SINGLETONS = {"eqx-missing": _EQX_MISSING}
@@ -94,11 +90,10 @@ class _KeyPickler(pickle.Pickler):
         for name, singleton in _SINGLETONS.items():
             if obj is singleton:
                 return name
-        if isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType
-                      | types.MethodType | functools.partial):
+        # (A partial or a bound method is pickled by value: its function and object's class
+        # come through here in turn.)
+        if isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType):
             module = getattr(obj, "__module__", None) or ""
-            if isinstance(obj, functools.partial):
-                module = getattr(obj.func, "__module__", None) or ""
             if module.split(".")[0] not in _TRUSTED:
                 raise _Unstable(module)
         return None
@@ -172,29 +167,30 @@ class _Program:
 _LOADED: dict = {}
 
 
-def run(compiled, arrays, skeleton, results, array_marker, make_skeleton):
-    """``(compiled(arrays, skeleton), result skeleton)`` through the program cache, or None
-    where it does not apply (no directory; a call inside a trace; jit disabled; a configuration
-    no version pins; a solve that cannot be exported): the caller then calls `compiled` itself.
+def run(compiled, arrays, skeleton, results):
+    """``(compiled(arrays, skeleton), result skeleton)``: through the program cache where it
+    applies, else (no directory; a call inside a trace; jit disabled; a configuration no
+    version pins; a solve that cannot be exported) by calling `compiled`.
 
-    `compiled`: the engine's ``jax.jit`` (static `skeleton`), which records each traced
-    configuration's result skeleton in `results`; `array_marker`: the skeletons' array leaf;
-    `make_skeleton(treedef, leaves)`: a skeleton from its parts."""
-    if any(isinstance(a, jax.core.Tracer) for a in arrays) or jax.config.jax_disable_jit:
-        return None
-    avals = tuple(_aval(a) for a in arrays)
-    memory_key = (skeleton, avals)
-    if memory_key not in _LOADED:
-        _LOADED[memory_key] = _load_or_export(compiled, arrays, skeleton, avals, results,
-                                              array_marker, make_skeleton)
-    program = _LOADED[memory_key]
+    `compiled`: the engine's ``jax.jit`` (static `skeleton`, an `ibflow._engine._Skeleton`),
+    which records each traced configuration's result skeleton in `results`."""
+    program = None
+    if not (any(isinstance(a, jax.core.Tracer) for a in arrays) or jax.config.jax_disable_jit):
+        avals = tuple(_aval(a) for a in arrays)
+        memory_key = (skeleton, avals)
+        if memory_key not in _LOADED:
+            _LOADED[memory_key] = _load_or_export(compiled, arrays, skeleton, avals, results)
+        program = _LOADED[memory_key]
     if program is None:
-        return None
+        out = compiled(arrays, skeleton)  # traces (and records `results`) first
+        return out, results[skeleton]
     return program.call(arrays), program.result
 
 
-def _load_or_export(compiled, arrays, skeleton, avals, results, array_marker, make_skeleton):
+def _load_or_export(compiled, arrays, skeleton, avals, results):
     folder = directory()
+    kind = type(skeleton)
+    array_marker = kind.ARRAY
     if folder is None:
         return None
     try:
@@ -204,7 +200,7 @@ def _load_or_export(compiled, arrays, skeleton, avals, results, array_marker, ma
     key = hashlib.sha256(pickle.dumps((_code_fingerprint(), _settings(), avals)) +
                          configuration).hexdigest()
     path = folder / (key + SUFFIX)
-    program = _read(path, array_marker, make_skeleton)
+    program = _read(path, kind)
     if program is not None:
         return program
     try:
@@ -230,7 +226,8 @@ def _parts(data: bytes, array_marker) -> tuple:
     return treedef, tuple(leaves)
 
 
-def _read(path: Path, array_marker, make_skeleton) -> "_Program | None":
+def _read(path: Path, kind) -> "_Program | None":
+    """The program stored at `path` with its result skeleton (of class `kind`), or None."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -239,9 +236,8 @@ def _read(path: Path, array_marker, make_skeleton) -> "_Program | None":
         version, blob, result = pickle.loads(data)
         if version != FORMAT:
             return None
-        treedef, leaves = _parts(result, array_marker)
         program = _Program(jax.export.deserialize(bytearray(blob)),
-                           make_skeleton(treedef, leaves))
+                           kind.of_parts(*_parts(result, kind.ARRAY)))
     except Exception:  # noqa: BLE001 - a damaged or foreign file: trace and rewrite it
         return None
     try:

@@ -299,7 +299,7 @@ def test_vmapped_members_in_different_legs_end_as_they_do_alone():
     """Under ``vmap`` each segment runs one leg for the whole batch (`ibflow._segments._batch_leg`):
     members that reach the hand-over to the implicit tail early wait in it while the others
     finish the explicit leg. Problems at scales 0.1, 1 and 3 hand over at different segments;
-    each member must end where its own solve ends."""
+    each member must end where its own solve ends, at Theorem 4's limit."""
     keys = jax.random.split(jax.random.key(7), 3)
     scales = jnp.array([0.1, 1.0, 3.0])
     models, X, y = eqx.filter_vmap(lambda key, a: _random_leaky(key, 0.3, a, 0.0, 6, 10))(
@@ -312,3 +312,7 @@ def test_vmapped_members_in_different_legs_end_as_they_do_alone():
     assert bool(jnp.all(alone.converged))
     assert np.all(_relative(batch.predictor, alone.predictor) <= 1e-10)
     assert np.all(np.asarray(alone.kinks.switches) > 0)
+    # And both at Theorem 4's limit (the independent dual/KKT minimizer).
+    res = _theorem4_reference(models, batch, X, y)
+    assert np.all(np.asarray(res.converged))
+    assert np.max(_relative(batch.predictor, res.w)) < 1e-10, _relative(batch.predictor, res.w)
