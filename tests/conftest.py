@@ -34,7 +34,7 @@ from ibflow import _cache  # noqa: E402
 # the pytest workers, removed when that process exits). The same program recurs in several test
 # files (each file ends with `jax.clear_caches()`, below) and on both workers. Nothing outlives
 # the run, so runs stay hermetic. About a hundred cache hits out of ~370 compiled
-# programs long enough to be written (see benchmarks/results for the suite's time).
+# programs long enough to be written (benchmarks/results/probes.md: the suite's time).
 # Subprocesses that tests start (the CLI, notebooks, benchmarks) keep their own settings.
 if "IBFLOW_TEST_RUN_CACHE" not in os.environ:
     os.environ["IBFLOW_TEST_RUN_CACHE"] = tempfile.mkdtemp(prefix="ibflow-test-run-")
