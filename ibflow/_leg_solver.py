@@ -9,6 +9,10 @@ solve never changes method between steps: the solver's state holds each leg's ow
 current leg's advances. The step is a ``lax.switch`` on the leg, which the segment loop keeps
 the same for every member of a vmapped batch (`ibflow._segments._batch_leg`), so that a step
 runs one method: a batched leg would turn the switch into a select that runs every leg's.
+
+Its state also remembers the last accepted step (`LastStep`: its ends and dense output), on
+which the segment loop locates the event that ended a segment (`ibflow._segments._locate`)
+once Diffrax has stopped at the end of the step that crossed.
 """
 
 from typing import ClassVar
@@ -60,6 +64,19 @@ def with_controller_tolerances(solver, controller):
                        tuple(getattr(controller, n) for n in names))
 
 
+class LastStep(eqx.Module):
+    """The last accepted step of a solve: its ends and its dense output (as the `LegSolver`'s
+    step returns it). Before the first step, the zero-length step at the initial state, whose
+    interpolation is that state."""
+
+    t0: Array
+    t1: Array
+    dense: dict
+
+    def interpolation(self):
+        return _interpolation(t0=self.t0, t1=self.t1, **self.dense)
+
+
 class LegSolver(dfx.AbstractAdaptiveSolver):
     """The step of ``solvers[leg]`` (`leg`: the segment's leg, traced, the same for every
     member of a vmapped batch). The solvers must share the vector field (ODE terms); the error
@@ -78,18 +95,32 @@ class LegSolver(dfx.AbstractAdaptiveSolver):
         return min(solver.error_order(terms) for solver in self.solvers)
 
     def init(self, terms, t0, t1, y0, args):
-        return tuple(solver.init(terms, t0, t1, y0, args) for solver in self.solvers)
+        states = tuple(solver.init(terms, t0, t1, y0, args) for solver in self.solvers)
+        # The dense output of a step that stays at y0 (Diffrax's Runge–Kutta dense output:
+        # the ends y0, y1 and the stages k).
+        infos = tuple({key: (y0 if key in ("y0", "y1") else jax.tree_util.tree_map(
+            lambda a: jnp.zeros(a.shape, a.dtype), part)) for key, part in shape.items()}
+            for shape in self._dense_shapes(terms, t0, t1, y0, args, states))
+        t0 = jnp.asarray(t0)
+        return states, LastStep(t0=t0, t1=t0, dense=self._dense(infos))
 
     def func(self, terms, t0, y0, args):
         return self.solvers[0].func(terms, t0, y0, args)
 
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+    def _dense_shapes(self, terms, t0, t1, y0, args, states, made_jump=False):
+        return [jax.eval_shape(lambda s=solver, st=state: s.step(
+            terms, t0, t1, y0, args, st, made_jump))[2]
+            for solver, state in zip(self.solvers, states, strict=True)]
+
+    def _dense(self, infos):
         classes = tuple(solver.interpolation_cls for solver in self.solvers)
-        shapes = [jax.eval_shape(lambda s=solver, st=state: s.step(
-            terms, t0, t1, y0, args, st, made_jump))
-            for solver, state in zip(self.solvers, solver_state, strict=True)]
-        zero_dense = [jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shape[2])
-                      for shape in shapes]
+        return dict(leg=jnp.asarray(self.leg), dense=_LegDense(infos=infos, classes=classes))
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        solver_state, _ = solver_state
+        zero_dense = [jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shape)
+                      for shape in self._dense_shapes(terms, t0, t1, y0, args, solver_state,
+                                                      made_jump)]
 
         def branch(i):
             def take():
@@ -103,5 +134,6 @@ class LegSolver(dfx.AbstractAdaptiveSolver):
 
         y1, y_error, denses, state, result = jax.lax.switch(
             self.leg, [branch(i) for i in range(len(self.solvers))])
-        return y1, y_error, dict(leg=self.leg, dense=_LegDense(infos=denses, classes=classes)), \
-            state, result
+        dense = self._dense(denses)
+        last = LastStep(t0=jnp.asarray(t0), t1=jnp.asarray(t1), dense=dense)
+        return y1, y_error, dense, (state, last), result

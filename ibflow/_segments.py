@@ -22,13 +22,14 @@ import equinox.internal as eqxi
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
+import optimistix as optx
 from jaxtyping import Array
 
 from ._dynamics.stationarity import Stationarity
 from ._kinks.base import AbstractSwitchingDynamics
 from ._kinks.mode import KinkReport, Mode, empty_report, logged
-from ._kinks.root_finder import IllinoisBracket
-from ._leg_solver import LegSolver, with_controller_tolerances
+from ._kinks.root_finder import FirstCrossing
+from ._leg_solver import LastStep, LegSolver, with_controller_tolerances
 from ._solver_step import traced_once
 from ._status import Status
 from ._tail.budget import BudgetController
@@ -199,41 +200,62 @@ def _stop_value(loss, stop_at):
 
 
 @eqx.filter_jit
-def _switching_event_value(dynamics, stop_at, stationarity, t, y, mode):
-    """The scaled event value of `_switching_event` at `(t, y)` in `mode`, behind a ``jit``
-    boundary: Diffrax traces the event function about ten times per solve (its shape passes,
-    the step's end, the root finder), JAX this once per input shape."""
+def _switching_event_components(dynamics, stop_at, stationarity, t, y, mode):
+    """The scaled components of `_switching_event` at `(t, y)` in `mode`, behind a ``jit``
+    boundary (Diffrax traces the event function several times per solve: its shape passes,
+    a segment's start, a step's end; JAX traces this once per input shape): the loss part,
+    each (example, neuron) pair's switch value, and the rest part."""
     loss = dynamics.loss(y)
-    stop = _stop_value(loss, stop_at)
-    if stationarity is None:
-        switch, rest = dynamics.event_function(t, y, mode), jnp.inf
-    else:
-        switch, norm = dynamics.event_and_field_norm(t, y, mode)
-        rest = stationarity.value(norm, loss)
-    # One scalar event, so that a bracketing root finder applies: the min of many
-    # pre-activations is only piecewise smooth, where Newton's method can fail. The root
-    # finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| < 1e-12; scaling
-    # the value by _EVENT_SCALE turns the second test into |value| < 1e-8, which roundoff
-    # allows.
-    return _EVENT_SCALE * jnp.minimum(jnp.minimum(stop, switch), rest)
+    switch, norm = dynamics.event_components(t, y, mode)
+    rest = jnp.inf if stationarity is None else stationarity.value(norm, loss)
+    # The root finder stops when the bracket is below 1e-12 + 1e-14·|t| AND |value| < 1e-12;
+    # scaling the values by _EVENT_SCALE turns the second test into |value| < 1e-8, which
+    # roundoff allows.
+    return _EVENT_SCALE * jnp.concatenate([
+        _stop_value(loss, stop_at)[None], switch, jnp.full((1,), rest, switch.dtype)])
 
 
 def _switching_event(dynamics, stop_at, stationarity):
-    """A switching dynamics' Diffrax event: one scalar, the minimum of the values of its loss,
-    switch and rest parts (each crossing 0 downwards where its event happens; rest is +inf
-    without a `stationarity` reference). At a segment's end `_switching_end` reads the same
-    parts off the transition."""
+    """A switching dynamics' Diffrax event, ``(event, components)``: the event is the minimum
+    of the `components` (`_switching_event_components`; each crosses 0 downwards where its
+    event happens), detected at a step's end; Diffrax stops there, and `_locate` finds the
+    first crossing on that step's dense output. At a segment's end `_switching_end` reads the
+    same parts off the transition."""
 
-    def scaled_event_value(t, y, args, **kwargs):
-        return _switching_event_value(dynamics, stop_at, stationarity, t, y, args)
+    def components(t, y, args):
+        return _switching_event_components(dynamics, stop_at, stationarity, t, y, args)
 
-    # flip=True: the value decreases through the root (no endpoint-sign check, which roundoff
-    # in the interpolated state could fail). ~10 evaluations per root where bisection needs ~45
-    # (and its whole 256-step budget at a loss event held above the tolerance by roundoff).
-    event = dfx.Event(scaled_event_value,
-                      root_finder=IllinoisBracket(rtol=1e-14, atol=1e-12, flip=True),
-                      direction=False)
-    return event
+    event = dfx.Event(lambda t, y, args, **kwargs: jnp.min(components(t, y, args)),
+                      root_finder=None, direction=False)
+    return event, components
+
+
+def _locate(components, last: LastStep, mode, end_state, happened):
+    """The first crossing of the event `components` on the last step's dense output (`last`,
+    a `LastStep`), where the event `happened` in it: ``(t, state, ok)``, and the step's end
+    (`end_state`) where it did not. A bracketing secant on each crossing component
+    (`FirstCrossing`): ~10 evaluations per root where one on their minimum took ~40, each a
+    multiplier solve. The root's clock is differentiable (implicitly, through the minimum).
+    """
+    interpolation = last.interpolation()
+
+    def find():
+        def fn(t, _):
+            # Where no event happened, the root is the step's end (as Diffrax does): a value
+            # whose derivative in t is −1, not one of a state the member did not reach.
+            values = jnp.where(happened, components(t, interpolation.evaluate(t), mode),
+                               last.t1 - t)
+            return jnp.min(values), values
+
+        root = optx.root_find(fn, FirstCrossing(rtol=1e-14, atol=1e-12), y0=last.t1,
+                              options=dict(lower=jnp.where(happened, last.t0, last.t1),
+                                           upper=last.t1), has_aux=True, throw=False)
+        t = jnp.where(happened, root.value, last.t1)
+        state = _select(happened, interpolation.evaluate(t), end_state)
+        return t, state, ~happened | (root.result == optx.RESULTS.successful)
+
+    return jax.lax.cond(eqxi.unvmap_any(happened), find,
+                        lambda: (last.t1, end_state, jnp.array(True)))
 
 
 def _smooth_end(dynamics, result, state, loss, stop_at, stationarity):
@@ -287,11 +309,13 @@ def _switching_end(dynamics, result, t, state, loss, mode, stationarity, rtol, a
 
 
 def _solve_leg(dynamics, solver, watch, event, p: Phase, active, first_dt, *, options, budget,
-               t_max) -> _Segment:
+               t_max, components=None) -> _Segment:
     """One segment from `p` with `solver` (the one ``diffeqsolve``; `watch`: the stiffness
     watch or None): members where `active` is False take no step (t1 = t0) and their mode is
     inert (`Mode.live`: nothing slides, and they make no choice for a vmapped batch).
-    `first_dt` > 0: the first step (else Diffrax selects it)."""
+    `first_dt` > 0: the first step (else Diffrax selects it). With the event's `components`
+    (a switching dynamics; `solver` a `LegSolver`), the segment ends at the first crossing
+    located on the last step (`_locate`), not at that step's end."""
     save_at = options.save_at
     controller = BudgetController(dfx.PIDController(rtol=options.rtol, atol=options.atol),
                                   budget - p.steps, watch, first_dt)
@@ -304,17 +328,23 @@ def _solve_leg(dynamics, solver, watch, event, p: Phase, active, first_dt, *, op
     sol = dfx.diffeqsolve(dfx.ODETerm(eqx.Partial(_vector_field, dynamics)), solver,
                           t0=p.clock, t1=t1, dt0=None, y0=p.state, args=args,
                           stepsize_controller=controller, event=event,
-                          saveat=dfx.SaveAt(subs=subs, controller_state=True),
+                          saveat=dfx.SaveAt(subs=subs, controller_state=True,
+                                            solver_state=components is not None),
                           max_steps=options.max_steps, throw=False, adjoint=options.adjoint)
-    t = sol.ts[0][-1]
+    t, state = sol.ts[0][-1], jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0])
+    result = sol.result
+    if components is not None:
+        t, state, located = _locate(components, sol.solver_state[1], args, state,
+                                    sol.result == dfx.RESULTS.event_occurred)
+        result = dfx.RESULTS.where(located, result, dfx.RESULTS.nonlinear_max_steps_reached)
     saved = p.saved
-    if save_at is not None:
+    if save_at is not None:  # (those past a located event came from the step that crossed)
         covered = (save_at >= p.clock) & (save_at <= t)
         saved = SavedStates(states=_where_rows(covered, sol.ys[1], saved.states),
                             covered=saved.covered | covered)
-    return _Segment(state=jax.tree_util.tree_map(lambda a: a[-1], sol.ys[0]), clock=t,
-                    steps=sol.stats["num_steps"], accepted=sol.stats["num_accepted_steps"],
-                    result=sol.result, stiff=sol.controller_state.stiff,
+    return _Segment(state=state, clock=t, steps=sol.stats["num_steps"],
+                    accepted=sol.stats["num_accepted_steps"], result=result,
+                    stiff=sol.controller_state.stiff,
                     proposed_dt=sol.controller_state.proposed_dt, saved=saved)
 
 
@@ -331,13 +361,14 @@ def _leg_watch(legs, leg):
 
 
 def _leg_segment(dynamics, legs, event, p: Phase, leg, active, first_dt, *, options,
-                 **kwargs) -> _Segment:
+                 components=None, **kwargs) -> _Segment:
     """A segment of leg `leg` (one per batch: the same for every member of a vmapped batch)
-    for the members where `active` holds: with that leg's solver where the legs run one after
-    the other (a smooth flow, or a single leg); else with a `LegSolver`, so that the loop of
-    segments holds one ``diffeqsolve`` for every leg (one loop, one event function, one event
-    root finder in the program)."""
-    if isinstance(leg, int):
+    for the members where `active` holds: with that leg's solver for a smooth flow (its legs
+    run one after the other); for a switching one (the event's `components` given) with a
+    `LegSolver`, so that the loop of segments holds one ``diffeqsolve`` for every leg (one
+    loop, one event function, one event locator in the program) and the last step's dense
+    output to locate the event on."""
+    if components is None:
         return _solve_leg(dynamics, traced_once(legs[leg].solver), legs[leg].watch, event, p,
                           active, first_dt, options=options, **kwargs)
     # The legs' root finders take their tolerances from the step-size controller, which
@@ -346,7 +377,7 @@ def _leg_segment(dynamics, legs, event, p: Phase, leg, active, first_dt, *, opti
     solver = LegSolver(solvers=tuple(with_controller_tolerances(traced_once(one.solver), pid)
                                      for one in legs), leg=leg)
     return _solve_leg(dynamics, solver, _leg_watch(legs, leg), event, p, active, first_dt,
-                      options=options, **kwargs)
+                      options=options, components=components, **kwargs)
 
 
 def _batch_leg(legs, phase: Phase, done):
@@ -408,15 +439,17 @@ def run_segments(
         leg = _batch_leg(legs, p, done) if only is None else only
         active = ~done & (p.leg == leg)
         stop_at = _stop_of(legs, leg)
-        event = (_switching_event(dynamics, stop_at, stationarity) if switching
-                 else _smooth_event(dynamics, stop_at, stationarity, progress))
+        event, components = (_switching_event(dynamics, stop_at, stationarity) if switching
+                             else (_smooth_event(dynamics, stop_at, stationarity, progress),
+                                   None))
         # A run's first segment and a leg's first start with the step proposed before; a
         # restart at a switch lets Diffrax select its first step. (Carrying the step across
         # switches saves a few steps of a sliding leaky neuron, but the mode changes there: on
         # digits, where segments are ~1 step long, a carried step is often rejected where the
         # new mode needs a smaller one, and costs more steps than it saves.)
         seg = _leg_segment(dynamics, legs, event, p, leg, active,
-                           jnp.where(carry.carry_dt, p.proposed_dt, 0.0), **solve)
+                           jnp.where(carry.carry_dt, p.proposed_dt, 0.0), components=components,
+                           **solve)
         state, t = seg.state, seg.clock
         steps = p.steps + seg.steps
         loss = dynamics.loss(state)

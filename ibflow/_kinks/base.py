@@ -2,6 +2,7 @@
 
 import abc
 
+import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from .._dynamics import AbstractDynamics
@@ -15,8 +16,8 @@ class AbstractSwitchingDynamics(AbstractDynamics):
     travels in ``diffeqsolve``'s ``args``, so `vector_field(t, state, mode)` is smooth within a
     segment and the adaptive solver never sees the kink. The engine's segment loop
     (`ibflow._segments.run_segments`) integrates segment by segment: each segment stops at the
-    first root of `event_function`, located by a root finder, and `transition` chooses the next
-    mode there.
+    first crossing of any of its `event_components`, located on the dense output, and
+    `transition` chooses the next mode there.
     """
 
     @abc.abstractmethod
@@ -24,15 +25,18 @@ class AbstractSwitchingDynamics(AbstractDynamics):
         """The mode at the initial state."""
 
     @abc.abstractmethod
-    def event_function(self, t, state: PyTree[Array], mode: Mode) -> Float[Array, ""]:
-        """Continuous in ``(t, state)``, positive at the segment's start and crossing 0
-        (downwards) at the first switch of ``mode``."""
+    def event_components(self, t, state: PyTree[Array], mode: Mode
+                         ) -> tuple[Float[Array, " K"], Float[Array, ""]]:
+        """The event's components, continuous in ``(t, state)``, each positive at the
+        segment's start: the segment ends where the first of them crosses 0 (downwards); and
+        the norm of the unit-speed field in ``mode`` (the segment loop's stationarity test,
+        `ibflow._dynamics.stationarity`)."""
 
-    @abc.abstractmethod
     def event_and_field_norm(self, t, state: PyTree[Array], mode: Mode
                              ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        """`event_function` and the norm of the unit-speed field in ``mode`` (the segment loop's
-        stationarity test, `ibflow._dynamics.stationarity`)."""
+        """The event function (the minimum of `event_components`) and the field's norm."""
+        components, norm = self.event_components(t, state, mode)
+        return jnp.min(components), norm
 
     @abc.abstractmethod
     def transition(self, t, state: PyTree[Array], mode: Mode, *, rtol=None, atol=None

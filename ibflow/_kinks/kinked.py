@@ -410,19 +410,18 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         offset = jnp.where(sliding, jnp.minimum(offset, -_BOX_TOLERANCE), offset)
         return Mode(positive=positive, sliding=sliding, offset=offset, live=jnp.array(True))
 
-    def event_function(self, t, state, mode: Mode):
-        return self.event_and_field_norm(t, state, mode)[0]
-
-    def event_and_field_norm(self, t, state, mode: Mode):
-        """`event_function` and the norm of the mode's unit-speed field (the direction, with
-        the sliding pairs' multipliers, which at a Clarke-stationary limit minimize the norm
-        over the Clarke set: [THEORY §8.3][theory-8-3]), from one multiplier solve."""
+    def event_components(self, t, state, mode: Mode):
+        """Each pair's value less its offset (−1 everywhere where the multiplier system is
+        singular) and the norm of the mode's unit-speed field (the direction, with the sliding
+        pairs' multipliers, which at a Clarke-stationary limit minimize the norm over the
+        Clarke set: [THEORY §8.3][theory-8-3]), from one multiplier solve."""
         values, slopes, ok = self._pair_values(state, mode.positive, mode.sliding)
-        return self._event_and_norm(state, mode, values, slopes, ok)
+        return self._components_and_norm(state, mode, values, slopes, ok)
 
-    def _event_and_norm(self, state, mode, values, slopes, ok):
+    def _components_and_norm(self, state, mode, values, slopes, ok):
         field, _ = jax.flatten_util.ravel_pytree(self.unit_speed_field(state, slopes))
-        return jnp.where(ok, jnp.min(values - mode.offset), -1.0), jnp.linalg.norm(field)
+        return (jnp.where(ok, (values - mode.offset).ravel(), -1.0),
+                jnp.linalg.norm(field))
 
     def _imminent(self, state, z, slopes, positive, sliding, first, rtol, atol):
         """The free pairs (besides `first`) about to reach their kink that the transition at
@@ -516,8 +515,9 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         lam = jax.lax.stop_gradient(lam)
         field, _ = jax.flatten_util.ravel_pytree(self.unit_speed_field(moved, lam))
         stay = along & (positive == mode.positive)  # taken along, but did not cross
-        event_value, event_field_norm = self._event_and_norm(
+        components, event_field_norm = self._components_and_norm(
             state, mode, values, jax.lax.stop_gradient(slopes), ok0)
+        event_value = jnp.min(components)
         counters = KinkCounters(
             switches=1 + jnp.sum(along & ~stay), slides=jnp.sum(sliding & ~mode.sliding),
             exits=jnp.sum(mode.sliding & ~sliding), degenerate=~(ok & ok0),
