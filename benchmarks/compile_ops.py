@@ -110,7 +110,7 @@ def _base(name: str) -> str:
 def lowered_solve(key: str) -> str:
     """The StableHLO text of the compiled solve of case `key` (lowered, never compiled)."""
     import ibflow
-    from ibflow import _engine
+    from ibflow import _engine, _programs
 
     class _Lowered(Exception):
         pass
@@ -121,6 +121,9 @@ def lowered_solve(key: str) -> str:
         raise _Lowered(compiled.lower(arrays, skeleton).as_text())
 
     model, X, y, kwargs = CASES[key].build()
+    # Off the program cache (`ibflow._programs`): a program kept by an earlier process would
+    # be read back instead of reaching the engine's jit.
+    directory, _programs.directory = _programs.directory, lambda: None
     _engine._compiled = capture
     try:
         ibflow.integrate(model, X, y, throw=False, **kwargs)
@@ -128,6 +131,7 @@ def lowered_solve(key: str) -> str:
         return lowered.args[0]
     finally:
         _engine._compiled = compiled
+        _programs.directory = directory
     raise RuntimeError(f"case {key!r}: integrate did not reach the compiled solve")
 
 
