@@ -64,6 +64,11 @@ def with_controller_tolerances(solver, controller):
                        tuple(getattr(controller, n) for n in names))
 
 
+def _zeros(structs):
+    """Zeros of the shapes and dtypes of `structs` (a PyTree of ``jax.ShapeDtypeStruct``)."""
+    return jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), structs)
+
+
 class LastStep(eqx.Module):
     """The last accepted step of a solve: its ends and its dense output (as the `LegSolver`'s
     step returns it). Before the first step, the zero-length step at the initial state, whose
@@ -98,9 +103,9 @@ class LegSolver(dfx.AbstractAdaptiveSolver):
         states = tuple(solver.init(terms, t0, t1, y0, args) for solver in self.solvers)
         # The dense output of a step that stays at y0 (Diffrax's Runge–Kutta dense output:
         # the ends y0, y1 and the stages k).
-        infos = tuple({key: (y0 if key in ("y0", "y1") else jax.tree_util.tree_map(
-            lambda a: jnp.zeros(a.shape, a.dtype), part)) for key, part in shape.items()}
-            for shape in self._dense_shapes(terms, t0, t1, y0, args, states))
+        infos = tuple({key: (y0 if key in ("y0", "y1") else _zeros(part))
+                       for key, part in shape.items()}
+                      for shape in self._dense_shapes(terms, t0, t1, y0, args, states))
         t0 = jnp.asarray(t0)
         return states, LastStep(t0=t0, t1=t0, dense=self._dense(infos))
 
@@ -118,9 +123,8 @@ class LegSolver(dfx.AbstractAdaptiveSolver):
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         solver_state, _ = solver_state
-        zero_dense = [jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shape)
-                      for shape in self._dense_shapes(terms, t0, t1, y0, args, solver_state,
-                                                      made_jump)]
+        zero_dense = [_zeros(shape) for shape in self._dense_shapes(
+            terms, t0, t1, y0, args, solver_state, made_jump)]
 
         def branch(i):
             def take():

@@ -130,7 +130,7 @@ def field_norm(dynamics, t, state, mode) -> Array:
     multipliers, which at a Clarke-stationary limit minimize the norm over the Clarke set:
     [THEORY §8.3][theory-8-3]): what the stationarity test compares."""
     if mode is not None:
-        return dynamics.event_and_field_norm(t, state, mode)[1]
+        return dynamics.event_components(t, state, mode)[1]
     flat, _ = jax.flatten_util.ravel_pytree(dynamics.unit_speed_field(state, None))
     return jnp.linalg.norm(flat)
 

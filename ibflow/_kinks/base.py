@@ -2,7 +2,6 @@
 
 import abc
 
-import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from .._dynamics import AbstractDynamics
@@ -32,17 +31,11 @@ class AbstractSwitchingDynamics(AbstractDynamics):
         the norm of the unit-speed field in ``mode`` (the segment loop's stationarity test,
         `ibflow._dynamics.stationarity`)."""
 
-    def event_and_field_norm(self, t, state: PyTree[Array], mode: Mode
-                             ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        """The event function (the minimum of `event_components`) and the field's norm."""
-        components, norm = self.event_components(t, state, mode)
-        return jnp.min(components), norm
-
     @abc.abstractmethod
     def transition(self, t, state: PyTree[Array], mode: Mode, *, rtol=None, atol=None
                    ) -> tuple[PyTree[Array], Mode, KinkCounters]:
         """The state to continue from (`state`, or `state` put exactly on the switching
         surfaces it slides on, where the event was located off them), the mode after the event
-        at ``(t, state)`` and the counts of what happened (with `event_and_field_norm` in
-        ``mode`` at the event); `rtol` and `atol` are the solve's tolerances (None: switch
-        only what the event located)."""
+        at ``(t, state)`` and the counts of what happened (with the minimum of
+        `event_components` and the field's norm in ``mode`` at the event); `rtol` and `atol`
+        are the solve's tolerances (None: switch only what the event located)."""

@@ -43,9 +43,10 @@ class KinkCounters(eqx.Module):
       stationarity test at the next segment's start, whose event could not see a flow that
       is already at rest there).
     - `event_value`, `event_field_norm`: the event function's value and the field's norm in
-      the *old* mode at the event (`AbstractSwitchingDynamics.event_and_field_norm`), from the
-      transition's own multiplier solve: the segment loop reads how the segment ended from
-      them (each solve is a copy of the multiplier system in the compiled program).
+      the *old* mode at the event (the minimum of
+      `AbstractSwitchingDynamics.event_components`), from the transition's own multiplier
+      solve: the segment loop reads how the segment ended from them (each solve is a copy
+      of the multiplier system in the compiled program).
     """
 
     switches: Int[Array, ""]
