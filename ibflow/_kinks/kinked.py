@@ -75,6 +75,16 @@ def _traced_once(dynamics, state, positive, sliding, drive=None, at=None):
     return dynamics._solve_slopes(state, positive, sliding, drive, at)
 
 
+def _sorted_nonnegative(values: Array) -> Array:
+    """``jnp.sort`` of values ≥ 0 (``+inf`` and NaN allowed), sorted as their int64 bit
+    patterns, which order as the values do there (IEEE 754: sign bit clear, exponent above
+    mantissa; NaN after ``+inf``, as ``jnp.sort`` puts it). XLA on CPU sorts integers with a
+    plain comparison and floats with a total-order comparator: 0.2 ms against 1.4 ms for the
+    5 000 pairs of a digits transition (`_imminent`), which sorts at every transition."""
+    bits = jax.lax.bitcast_convert_type(values.astype(jnp.float64), jnp.int64)
+    return jax.lax.bitcast_convert_type(jnp.sort(bits), jnp.float64).astype(values.dtype)
+
+
 def _system_sizes(max_rows: int) -> tuple[int, ...]:
     """The static sizes of the per-neuron multiplier systems, one compiled branch each: 1 and
     `max_rows` up to 16; above, 1, 4, 16 and `max_rows` (the middle sizes keep a flow whose
@@ -445,7 +455,7 @@ class AbstractKinkedDynamics(AbstractSwitchingDynamics):
         free = ~sliding & ~jnp.zeros_like(sliding).at[first].set(True)
         closing = free & jnp.where(positive, zdot < 0, zdot > 0)
         tau = jnp.where(closing, jnp.abs(z) / jnp.where(closing, jnp.abs(zdot), 1.0), jnp.inf)
-        ordered = jnp.sort(tau.ravel())
+        ordered = _sorted_nonnegative(tau.ravel())
         change = jnp.where(positive, lo - hi, hi - lo)
         flat_state, _ = jax.flatten_util.ravel_pytree(state)
         scale = atol + rtol * jnp.abs(flat_state)
