@@ -100,7 +100,10 @@ class Packing(eqx.Module):
         slot = jnp.where(marked, jnp.cumsum(marked, axis=0) - 1, slots)  # (n, m)
         in_slot = slot.T[:, None, :] == jnp.arange(slots)[None, :, None]  # (m, K, n)
         mask = jnp.arange(slots)[None, :] < jnp.sum(marked, axis=0)[:, None]
-        return cls(index=jnp.argmax(in_slot, axis=-1), mask=mask, in_slot=in_slot)
+        # (Each slot holds one example or none: its index is a masked sum, a plain reduction
+        # where an argmax is a reduction over (value, index) pairs.)
+        index = jnp.sum(jnp.where(in_slot, jnp.arange(marked.shape[0]), 0), axis=-1)
+        return cls(index=index, mask=mask, in_slot=in_slot)
 
     @property
     def neuron(self) -> Int[Array, "m 1"]:
