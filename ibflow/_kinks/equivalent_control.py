@@ -61,6 +61,23 @@ def _least_squares(system, rhs):
     return u, diagonal, neutral
 
 
+def _solves(system, rhs, u, *, neutral=None, growth=False):
+    """Per system: whether `u` solves ``S u = rhs``: finite, with a residual at most
+    `_DEGENERATE_RESIDUAL` of the largest right-hand side (a `neutral` pair's row not
+    counted: its ż responds to no slope, its residual is its drift, which the transition
+    settles, `AbstractKinkedDynamics._settle`) and, with `growth`, no entry above
+    `_DEGENERATE_GROWTH` of it."""
+    scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(rhs.dtype).tiny
+    residual = jnp.einsum("kij,kj->ki", system, u) - rhs
+    if neutral is not None:
+        residual = jnp.where(neutral, 0.0, residual)
+    ok = (jnp.all(jnp.isfinite(u), axis=-1)
+          & (jnp.max(jnp.abs(residual), axis=-1) <= _DEGENERATE_RESIDUAL * scale))
+    if growth:
+        ok = ok & (jnp.max(jnp.abs(u), axis=-1) <= _DEGENERATE_GROWTH * scale)
+    return ok
+
+
 def _minimal_norm(system, rhs, solved, diagonal=True):
     """`_least_squares` at the cost of an LU factorization where the systems are regular:
     LU first (`_regular`), and the SVD (~3× an LU's cost; 3.7 ms for the 100 systems of
@@ -194,17 +211,9 @@ def equivalent_control(
     column = jnp.where(active, column, 1.0)
     system = jnp.where(pairs, matrix, eye) / column[:, None, :]
     rhs = jnp.where(active, -zdot0[index, neuron], 0.0)
-    scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(base.dtype).tiny
 
-    def solved(u, neutral=None):  # per neuron: finite, small residual, no absurd growth
-        residual = jnp.einsum("kij,kj->ki", system, u) - rhs
-        if neutral is not None:
-            # A neutral pair's ż responds to no slope: its residual is its drift, which the
-            # transition settles (the pair leaves its kink: `AbstractKinkedDynamics._settle`).
-            residual = jnp.where(neutral, 0.0, residual)
-        return (jnp.all(jnp.isfinite(u), axis=-1)
-                & (jnp.max(jnp.abs(residual), axis=-1) <= _DEGENERATE_RESIDUAL * scale)
-                & (jnp.max(jnp.abs(u), axis=-1) <= _DEGENERATE_GROWTH * scale))
+    def solved(u, neutral=None):
+        return _solves(system, rhs, u, neutral=neutral, growth=True)
 
     if max_rows == 1:
         # One row: a division (see `ibflow._kinks.kinked._system_sizes`). The scaled entry is
@@ -256,12 +265,6 @@ def kink_shift(preactivations: Callable, state, held: Bool[Array, "n m"],
     pairs = packing.mask[:, :, None] & packing.mask[:, None, :]
     system = jnp.where(pairs, matrix, jnp.eye(max_rows, dtype=z.dtype))
     rhs = jnp.where(packing.mask, -jnp.where(onto, z, 0.0)[packing.index, packing.neuron], 0.0)
-    scale = jnp.max(jnp.abs(rhs)) + jnp.finfo(z.dtype).tiny
-
-    def solved(mu):  # per neuron: finite, small residual
-        residual = jnp.einsum("kij,kj->ki", system, mu) - rhs
-        return (jnp.all(jnp.isfinite(mu), axis=-1)
-                & (jnp.max(jnp.abs(residual), axis=-1) <= _DEGENERATE_RESIDUAL * scale))
-
-    mu, _, _ = _minimal_norm(system, rhs, solved, diagonal=False)
+    mu, _, _ = _minimal_norm(system, rhs, lambda mu: _solves(system, rhs, mu),
+                             diagonal=False)
     return pullback(packing.unpacked(jnp.where(packing.mask, mu, 0.0)))[0]
