@@ -33,18 +33,25 @@ from .._status import STATUS_NAMES
 SIGMAS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3)
 
 
+@eqx.filter_jit
+def _solve_one(model, X, y, *, target, num_save):
+    """One member's flow, compiled once for every member and panel of the same shapes (the
+    data are arguments, the slope an array leaf: the two mixture panels share one program).
+    Member by member: under vmap the segment loop runs in lockstep, every member waiting for
+    the others' events, so a loop over the members is faster."""
+    return ibflow.classification_flow(model, X, y, target_loss=target, num_save=num_save,
+                                      throw=False)
+
+
 def _sweep(X, y, *, slope, width, target, num_save, key, say=line, path_points=0):
     sigmas = jnp.asarray(SIGMAS)
     models = eqx.filter_vmap(lambda s: ibflow.TwoLayerClassifier.init(
         dim=X.shape[1], width=width, init_std=s, slope=slope, key=key))(sigmas)
-    # One compiled solve, member by member: under vmap the segment loop runs in lockstep,
-    # every member waiting for the others' events, so a loop over the members is faster.
-    solve_one = eqx.filter_jit(lambda m: ibflow.classification_flow(
-        m, X, y, target_loss=target, num_save=num_save, throw=False))
     outs = []
     for i, sigma in enumerate(SIGMAS):
         start = time.perf_counter()
-        outs.append(solve_one(jax.tree_util.tree_map(lambda a, i=i: a[i], models)))
+        member = jax.tree_util.tree_map(lambda a, i=i: a[i], models)
+        outs.append(_solve_one(member, X, y, target=target, num_save=num_save))
         say(f"  σ = {sigma:g}: {STATUS_NAMES[int(outs[-1].status._value)]}, loss "
              f"{float(outs[-1].loss):.3g}, {int(outs[-1].kinks.switches)} switches, "
              f"{time.perf_counter() - start:.1f} s")
