@@ -144,9 +144,13 @@ def _stationarity(theta, A, B, owner):
     G = np.concatenate([np.eye(n + k), np.concatenate(
         [np.eye(n)[owner], -np.eye(k)], axis=1)])  # x ≥ 0 and λ_owner − ν ≥ 0
 
+    # ½‖Mx − θ‖² = ½xᵀGx − bᵀx + ½‖θ‖²: with the Gram matrix an iteration of SLSQP costs
+    # (n + k)² flops, not two passes over the p × (n + k) matrix (0.03 s each at p = 78 400).
+    gram, b, c = M.T @ M, M.T @ theta, 0.5 * theta @ theta
+
     def objective(x):
-        r = M @ x - theta
-        return 0.5 * r @ r, M.T @ r
+        gx = gram @ x
+        return 0.5 * x @ gx - b @ x + c, gx - b
 
     out = scipy.optimize.minimize(
         objective, np.concatenate([lam, np.zeros(k)]), jac=True, method="SLSQP",

@@ -50,7 +50,7 @@ def _table(*entries: Reproduction) -> dict[str, Reproduction]:
 REPRODUCTIONS: dict[str, Reproduction] = _table(
     Reproduction("stable-rank", "Stable rank and margin spread vs time for the init-σ grid: "
                  "Gaussian mixture (leaky ReLU, ReLU) and digits (docs/theory §4).",
-                 "stable_rank:run", 242, "2-core CPU, 2026-12-01, empty cache"),
+                 "stable_rank:run", 61, "2-core Xeon, 2026-12-05, empty cache"),
     Reproduction("mirror-relu", "Liang–Montúfar Fig. 1: ReLU nets, unscaled mirror potentials "
                  "vs the variational problem [LM-G]; L∞ error vs width; GF on shifted labels.",
                  "mirror:mirror_relu", 58, "2-core CPU, 2026-11-29, empty cache"),
