@@ -17,6 +17,7 @@ ranks and whether they end at or below 2.
 
 import functools
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -195,7 +196,12 @@ def _beside_here(options: dict, path: Path) -> dict:
     """Every panel's `_panel_results`: `HERE`'s in this process while a second Python process
     (``python -m ibflow._reproduce.stable_rank``, not `multiprocessing`: its spawn start re-runs
     a caller's unguarded script) computes the others into `path`."""
-    worker = subprocess.Popen([sys.executable, "-m", __name__, json.dumps(options), str(path)])
+    # The worker imports this ibflow, wherever the caller imported it from.
+    root = str(Path(ibflow.__file__).resolve().parents[1])
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [
+        root, os.environ.get("PYTHONPATH")]))}
+    worker = subprocess.Popen([sys.executable, "-m", __name__, json.dumps(options), str(path)],
+                              env=env)
     try:
         results = {HERE: _panel_results(HERE, **options)}
     except BaseException:  # Ctrl-C included: no orphan left computing
