@@ -28,7 +28,7 @@ LAYERS = (
      "ibflow._interpolants", "ibflow._activations", "ibflow._potentials", "ibflow._losses",
      "ibflow._progress", "ibflow._cache", "ibflow._programs", "ibflow._models._init",
      "ibflow._version",
-     "ibflow._newton", "ibflow._batching", "ibflow._solver_step",
+     "ibflow._newton", "ibflow._batching", "ibflow._solver_step", "ibflow._lapack",
      "ibflow._leg_solver"),
     # 1. pieces a model or a dynamics is built from: flows (geometries), regularizers, metric
     #    fields, the tail's structured Jacobians, step budgets and stiffness estimates.

@@ -1,6 +1,7 @@
 """Filippov equivalent control: the kink slopes that keep sliding pre-activations at 0
 ([THEORY §8.2][theory-8-2])."""
 
+import functools
 from collections.abc import Callable
 
 import equinox as eqx
@@ -8,6 +9,7 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 #: A multiplier system whose solution's contributions to ż (columns scaled to unit size)
@@ -22,20 +24,50 @@ _DEGENERATE_RESIDUAL = 1e-6
 _RANK_TOLERANCE = 1e-12
 
 
-def _regular(system, rhs, diagonal=True):
-    """``S⁻¹ rhs`` and (with `diagonal`, else None) the diagonal of ``S⁻¹`` from one LU
-    factorization per neuron, and whether a pivot is (nearly) 0, i.e. the system may be
-    rank-deficient."""
+def _lu(system, rhs, diagonal):
+    """`_regular`'s work: ``S⁻¹ rhs``, with `diagonal` the whole ``S⁻¹`` (else None), the LU
+    factors and whether a pivot is (nearly) 0. With `diagonal`, the right-hand side and the
+    identity are solved as one block ``[rhs | I]`` by one `lu_solve`: two independent batched
+    LAPACK calls in one program can deadlock jaxlib 0.10.2 on CPU (`ibflow._lapack`)."""
     lu, pivots = jsl.lu_factor(system)
-    u = jsl.lu_solve((lu, pivots), rhs[..., None])[..., 0]
     pivot = jnp.abs(jnp.diagonal(lu, axis1=-2, axis2=-1))
     small = ~(jnp.min(pivot, axis=-1) > _RANK_TOLERANCE * jnp.max(pivot, axis=-1))
     if not diagonal:
-        return u, None, small
-    inverse = jsl.lu_solve((lu, pivots), jnp.broadcast_to(jnp.eye(system.shape[-1],
-                                                                  dtype=system.dtype),
-                                                          system.shape))
-    return u, jnp.diagonal(inverse, axis1=-2, axis2=-1), small
+        return jsl.lu_solve((lu, pivots), rhs[..., None])[..., 0], None, (lu, pivots), small
+    eye = jnp.broadcast_to(jnp.eye(system.shape[-1], dtype=system.dtype), system.shape)
+    both = jsl.lu_solve((lu, pivots), jnp.concatenate([rhs[..., None], eye], axis=-1))
+    return both[..., 0], both[..., 1:], (lu, pivots), small
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _regular(system, rhs, diagonal=True):
+    """``S⁻¹ rhs`` and (with `diagonal`, else None) the diagonal of ``S⁻¹`` from one LU
+    factorization per neuron, and whether a pivot is (nearly) 0, i.e. the system may be
+    rank-deficient.
+
+    Its derivative is the implicit one, ``du = S⁻¹ (d rhs − dS u)`` and
+    ``d(S⁻¹)ᵢᵢ = −(S⁻¹ dS S⁻¹)ᵢᵢ``, from the inverse already at hand (no LAPACK call), or by
+    one more solve that needs ``u`` first: JAX's own rules for ``lu_factor`` and ``lu_solve``
+    differentiate with triangular solves that do not depend on each other, which XLA may run at
+    once (`ibflow._lapack`; the tail's exact Jacobian differentiates the multiplier solve)."""
+    u, inverse, _, small = _lu(system, rhs, diagonal)
+    return u, None if inverse is None else jnp.diagonal(inverse, axis1=-2, axis2=-1), small
+
+
+@_regular.defjvp
+def _regular_jvp(diagonal, primals, tangents):
+    system, rhs = primals
+    d_system, d_rhs = tangents
+    u, inverse, factor, small = _lu(system, rhs, diagonal)
+    drive = d_rhs - jnp.einsum("...ij,...j->...i", d_system, u)
+    no_tangent = np.zeros(small.shape, dtype=jax.dtypes.float0)
+    if inverse is None:
+        du = jsl.lu_solve(factor, drive[..., None])[..., 0]
+        return (u, None, small), (du, None, no_tangent)
+    du = jnp.einsum("...ij,...j->...i", inverse, drive)
+    d_diagonal = -jnp.einsum("...ij,...jk,...ki->...i", inverse, d_system, inverse)
+    return ((u, jnp.diagonal(inverse, axis1=-2, axis2=-1), small),
+            (du, d_diagonal, no_tangent))
 
 
 def _least_squares(system, rhs):

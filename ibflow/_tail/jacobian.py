@@ -25,6 +25,8 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, PyTree
 
+from .._lapack import after
+
 
 class AbstractShiftedInverse(eqx.Module):
     """``v ↦ (I − c·F')⁻¹ v`` for one c, factorized once, applied many times."""
@@ -176,6 +178,9 @@ def gated(low_rank, field, state, loss, scale, live=True) -> "AbstractTailJacobi
         return low_rank
     exact = eqxi.unvmap_any(live & (loss > EXACT_TAIL_ABOVE * scale))
     dtype = _leaves(low_rank.U)[0].dtype
+    # The dense Jacobian's multiplier solves start once the low-rank form's are done: no two
+    # batched LAPACK calls at once (`ibflow._lapack`).
+    state = after(low_rank, state)
     dense = jax.lax.cond(exact, lambda: DenseJacobian.of(field, state).matrix,
                          lambda: jnp.zeros((k, k), dtype))
     return GatedJacobian(exact=exact, dense=DenseJacobian(dense), low_rank=low_rank)

@@ -9,6 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .. import _checks
+from .._lapack import after
 from .._newton import AbstractNewtonProblem, Armijo, Direction, Point, damped_newton
 from .._result import AbstractResult
 from .._status import Status
@@ -88,8 +89,10 @@ class _Dual(AbstractNewtonProblem):
         # Where ∇²Q* vanishes (the subdifferential ball of a conic point, e.g. the single
         # neuron with δ < 0, [THEORY §2.4][theory-2-4]) F is locally linear and the Newton system
         # singular: step along the gradient in the metric XXᵀ instead (the line search sizes it).
+        # (Solved after the Newton system: no two LAPACK calls at once, `ibflow._lapack`.)
         gram = lx.MatrixLinearOperator(self.gram, lx.positive_semidefinite_tag)
-        fallback = -lx.linear_solve(gram, r, solver=lx.Cholesky(), throw=False).value
+        fallback = -lx.linear_solve(gram, after(newton, r), solver=lx.Cholesky(),
+                                    throw=False).value
         step = jnp.where(jnp.all(jnp.isfinite(newton)), newton, fallback)
         scale = jnp.abs(self.Q.conjugate(self.X.T @ nu)) + jnp.abs(jnp.dot(nu, self.b))
         return Direction(step=step, slope=jnp.dot(r, step),
