@@ -10,7 +10,8 @@ CPU (``benchmarks/results/probes.md``, "LAPACK calls that wait for each other"):
 independent ``jnp.linalg.solve`` of 100 systems of 100 × 100 hang every time, and so did the
 multiplier solve's two ``lu_solve`` calls (one for the right-hand side, one for the inverse's
 diagonal) on 2 560 systems of 10 × 10 (a vmapped sweep of ReLU students, 256 members × 10
-neurons), until they became one call. Later jaxlib releases no longer use the pool there.
+neurons), until they became one call. (Whether a later jaxlib still does this could not be
+checked: PyPI here serves nothing newer than 0.10.2.)
 
 ibflow's programs therefore keep their LAPACK calls in sequence: where two are independent by
 the mathematics, they are merged into one call (one factorization, one solve of a stacked
