@@ -10,27 +10,51 @@ CPU (``benchmarks/results/probes.md``, "LAPACK calls that wait for each other"):
 independent ``jnp.linalg.solve`` of 100 systems of 100 × 100 hang every time, and so did the
 multiplier solve's two ``lu_solve`` calls (one for the right-hand side, one for the inverse's
 diagonal) on 2 560 systems of 10 × 10 (a vmapped sweep of ReLU students, 256 members × 10
-neurons), until they became one call. (Whether a later jaxlib still does this could not be
-checked: PyPI here serves nothing newer than 0.10.2.)
+neurons), until the second moved into a branch that runs after the first. (Whether a later
+jaxlib still does this could not be checked: PyPI here serves nothing newer than 0.10.2.)
 
 ibflow's programs therefore keep their LAPACK calls in sequence: where two are independent by
 the mathematics, they are merged into one call (one factorization, one solve of a stacked
-right-hand side) or ordered by `after`. ``tests/test_lapack_order.py`` checks the lowered
-programs of every kinked model, the sweep and the Newton tail for LAPACK calls that XLA could run
-at once.
+right-hand side), the second is put in a ``lax.cond`` branch that takes the first's result
+(the multiplier solve's inverse diagonal), or it is ordered by `after`.
+``tests/test_lapack_order.py`` checks the lowered programs of every kinked model, the sweep and
+the Newton tail for LAPACK calls that XLA could run at once, and runs two large batched solves
+ordered by `after` (which hang without it).
+
+Why not ``lax.optimization_barrier``: it orders XLA's *optimizations*, not the CPU runtime. The
+runtime schedules an operation once the buffers it reads are written, and a barrier's outputs
+are its inputs' buffers, so a solve of ``barrier((a, b))[1]`` still starts beside the one that
+computes ``a``: with it, the two solves of 100 systems of 100 × 100 hung as before
+(``benchmarks/results/probes.md``). `after` makes the value itself depend on `done`.
 """
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import PyTree
 
 
 def after(done: PyTree, value: PyTree) -> PyTree:
-    """`value`, which the compiled program may use only once every array of `done` is
-    computed (``lax.optimization_barrier`` over both): the work that consumes `value` starts
-    after the work that produced `done`. Transparent to ``jit``, ``vmap``, ``jvp`` and ``grad``
-    (the identity on values)."""
+    """`value`, which the compiled program can compute from only once every array of `done`
+    is: each array of `value` minus a zero computed from all of `done` (``min(|Σ done|, 0)``,
+    a NaN sum counted as 0: +0 whatever `done` holds, which XLA cannot fold, and ``x − (+0)``
+    is ``x`` for every float, −0 and NaN included; integers get the same 0, booleans an
+    exclusive or with ``0 ≠ 0``). The work that consumes `value` therefore starts after the
+    work that produced `done`. Transparent to ``jit``, ``vmap``, ``jvp`` and ``grad`` (the
+    identity on values; the zero carries no derivative)."""
     arrays = [leaf for leaf in jax.tree_util.tree_leaves(done) if eqx.is_array(leaf)]
-    dynamic, static = eqx.partition(value, eqx.is_array)
-    _, dynamic = jax.lax.optimization_barrier((arrays, dynamic))
-    return eqx.combine(dynamic, static)
+    if not arrays:
+        return value
+    real = jnp.result_type(float)
+    total = sum(jnp.sum(jnp.real(leaf).astype(real)) for leaf in arrays)
+    zero = jax.lax.stop_gradient(
+        jnp.minimum(jnp.abs(jnp.where(jnp.isnan(total), 0.0, total)), 0.0))
+
+    def tied(leaf):
+        if not eqx.is_array(leaf):
+            return leaf
+        if leaf.dtype == jnp.bool_:
+            return leaf ^ (zero != 0)
+        return leaf - zero.astype(leaf.dtype)
+
+    return jax.tree_util.tree_map(tied, value)

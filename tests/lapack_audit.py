@@ -6,7 +6,9 @@ needs, through the block's data flow, a value the other computes. `concurrent_la
 walks the StableHLO module (MLIR's Python bindings): per block, every operation that contains a
 LAPACK or BLAS custom call (directly, in a nested region, or through a called function), and
 every pair of them with no data path between them, values used inside nested regions
-included."""
+included. An ``optimization_barrier``'s result k counts as its operand k, not as all of its
+operands: the CPU runtime schedules by buffers, and a barrier's results are its operands'
+buffers, so a barrier orders nothing at run time (`ibflow._lapack`)."""
 
 from jax._src.lib.mlir import ir
 
@@ -46,15 +48,25 @@ def concurrent_lapack_calls(module) -> list[tuple[str, str, str]]:
         return into
 
     pairs = []
+    passes = {}  # a barrier's result -> its operand
+
+    def source(value):
+        while value in passes:
+            value = passes[value]
+        return value
 
     def visit(block, where):
         ops = list(block.operations)
-        made_by = {result: i for i, op in enumerate(ops) for result in op.results}
+        for op in ops:
+            if op.operation.name == "stablehlo.optimization_barrier":
+                passes.update(zip(op.results, op.operands))
+        made_by = {result: i for i, op in enumerate(ops) for result in op.results
+                   if op.operation.name != "stablehlo.optimization_barrier"}
         before: list[set[int]] = []  # per operation, the operations of this block it needs
         for i, op in enumerate(ops):
             needs = set()
             for value in used(op, []):
-                j = made_by.get(value)
+                j = made_by.get(source(value))
                 if j is not None and j < i:
                     needs |= {j} | before[j]
             before.append(needs)

@@ -12,27 +12,62 @@ import numpy as np
 import pytest
 
 import ibflow
-from ibflow._kinks.equivalent_control import _regular
+from ibflow._kinks.equivalent_control import _minimal_norm, _solves
+from ibflow._lapack import after
 from tests.lapack_audit import concurrent_lapack_calls
 
 
 def test_the_audit_finds_two_independent_solves_and_not_two_in_sequence():
-    """The audit itself: two solves of unrelated systems may run at once, a solve whose
-    right-hand side is another's solution may not."""
+    """The audit itself: two solves of unrelated systems may run at once, also when an
+    ``optimization_barrier`` groups the first's result with the second's matrix (it orders
+    nothing at run time); a solve whose right-hand side is another's solution may not, nor
+    one whose matrix is passed through `after` the other's solution."""
     a = jnp.eye(3) + 0.1
     b = jnp.ones(3)
 
     def independent(a, b):
         return jnp.linalg.solve(a, b), jnp.linalg.solve(a + 1.0, b)
 
+    def barrier(a, b):
+        first = jnp.linalg.solve(a, b)
+        _, second = jax.lax.optimization_barrier((first, a + 1.0))
+        return first, jnp.linalg.solve(second, b)
+
     def chained(a, b):
         return jnp.linalg.solve(a + 1.0, jnp.linalg.solve(a, b))
+
+    def ordered(a, b):
+        first = jnp.linalg.solve(a, b)
+        return first, jnp.linalg.solve(after(first, a + 1.0), b)
 
     def count(fn):
         return len(concurrent_lapack_calls(jax.jit(fn).lower(a, b).compiler_ir("stablehlo")))
 
     assert count(independent) > 0
+    assert count(barrier) > 0
     assert count(chained) == 0
+    assert count(ordered) == 0
+
+
+def test_after_is_the_identity_and_carries_no_derivative():
+    """`after` changes no value (−0, ±inf and NaN included, whatever `done` holds: NaN, inf,
+    integers, booleans) and no derivative, under jit, vmap and grad."""
+    value = {"x": jnp.array([-0.0, 0.0, 1.5, -jnp.inf, jnp.nan]), "k": jnp.arange(3),
+             "b": jnp.array([True, False])}
+    for done in (jnp.array([jnp.nan, 1.0]), jnp.array([jnp.inf, -jnp.inf]), jnp.arange(4),
+                 {"a": jnp.array([True]), "f": -jnp.ones(2)}, ()):
+        out = jax.jit(after)(done, value)
+        x = np.asarray(out["x"])
+        np.testing.assert_array_equal(x, np.asarray(value["x"]))
+        np.testing.assert_array_equal(np.signbit(x), np.signbit(np.asarray(value["x"])))
+        np.testing.assert_array_equal(out["k"], value["k"])
+        np.testing.assert_array_equal(out["b"], value["b"])
+    grad = jax.grad(lambda d, v: jnp.sum(after(d, v) ** 2), argnums=(0, 1))
+    g_done, g_value = grad(jnp.array([2.0, 3.0]), jnp.array([1.0, -4.0]))
+    np.testing.assert_array_equal(g_done, [0.0, 0.0])
+    np.testing.assert_array_equal(g_value, [2.0, -8.0])
+    batched = jax.vmap(after)(jnp.arange(6.0).reshape(3, 2), jnp.ones((3, 4)))
+    np.testing.assert_array_equal(batched, np.ones((3, 4)))
 
 
 # The programs a user compiles, by kind: a kinked flow whose tail differentiates the multiplier
@@ -74,44 +109,60 @@ def test_a_vmapped_grid_of_diagonal_flows_or_minimizers_runs_its_lapack_calls_on
         assert concurrent_lapack_calls(module) == [], program.__name__
 
 
-def test_the_multiplier_solve_of_a_large_batch_finishes_and_is_exact():
-    """2 560 systems of 10 × 10 (a vmapped sweep of 256 ReLU students with 10 neurons each):
-    with the right-hand side and the identity in two `lu_solve` calls, this program hung at 0 %
-    CPU every time on the project's 2-core machine. In a child process, so that a hang fails
-    this test instead of the run; checked against numpy."""
+def test_large_batched_solves_in_sequence_finish_and_are_exact():
+    """Programs that hung at 0 % CPU every time on the project's 2-core machine while their
+    LAPACK calls could run at once, now ordered by `after`: the multiplier solve of 2 560
+    systems of 10 × 10 (a vmapped sweep of 256 ReLU students with 10 neurons each: the
+    right-hand side, then the identity for the inverse's diagonal), and two solves of 100
+    systems of 100 × 100 (ordered by ``optimization_barrier`` they still hung). In a child
+    process, so that a hang fails this test instead of the run; checked against numpy."""
     code = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np
         import ibflow
-        from ibflow._kinks.equivalent_control import _regular
+        from ibflow._kinks.equivalent_control import _minimal_norm, _solves
+        from ibflow._lapack import after
         rng = np.random.default_rng(0)
         system = rng.normal(size=(2560, 10, 10)) + 4 * np.eye(10)
         rhs = rng.normal(size=(2560, 10))
-        solve = jax.jit(_regular)
+        solve = jax.jit(lambda s, r: _minimal_norm(s, r, lambda u: _solves(s, r, u)))
         for _ in range(100):
-            u, diagonal, small = jax.block_until_ready(solve(system, rhs))
+            u, diagonal, neutral = jax.block_until_ready(solve(system, rhs))
         inverse = np.linalg.inv(system)
         print(np.max(np.abs(u - np.linalg.solve(system, rhs[..., None])[..., 0])),
               np.max(np.abs(diagonal - np.diagonal(inverse, axis1=-2, axis2=-1))),
-              bool(np.any(small)))
+              bool(np.any(neutral)))
+        A = rng.normal(size=(2, 100, 100, 100)) + 30 * np.eye(100)
+        r = rng.normal(size=(2, 100, 100))
+        def two(A, r):
+            first = jnp.linalg.solve(A[0], r[0])
+            return first, jnp.linalg.solve(*after(first, (A[1], r[1])))
+        two = jax.jit(two)
+        for _ in range(100):
+            out = jax.block_until_ready(two(A, r))
+        print(max(np.max(np.abs(o - np.linalg.solve(a, b))) for o, a, b in zip(out, A, r)))
     """)
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=300, check=True).stdout.split()
     except subprocess.TimeoutExpired:
-        pytest.fail("the batched multiplier solve did not finish in 300 s (a LAPACK deadlock)")
+        pytest.fail("batched solves did not finish in 300 s (a LAPACK deadlock)")
     assert float(out[0]) < 1e-12 and float(out[1]) < 1e-12 and out[2] == "False"
+    assert float(out[3]) < 1e-12
 
 
 def test_the_multiplier_solve_differentiates_as_the_implicit_function():
-    """`_regular`'s own JVP (from the inverse at hand) against central differences of numpy's
-    solve and inverse, in the system and in the right-hand side."""
+    """The multiplier solve's own JVPs (`_regular`'s second solve, `_inverse_diagonal`'s
+    from the inverse at hand) against central differences of numpy's solve and inverse, in
+    the system and in the right-hand side."""
     rng = np.random.default_rng(1)
     system = rng.normal(size=(3, 5, 5)) + 3 * np.eye(5)
     rhs = rng.normal(size=(3, 5))
     d_system, d_rhs = rng.normal(size=system.shape), rng.normal(size=rhs.shape)
     for diagonal in (True, False):
-        _, (du, d_diag, _) = jax.jvp(lambda s, r, diagonal=diagonal: _regular(s, r, diagonal),
-                                     (system, rhs), (d_system, d_rhs))
+        def solve(s, r, diagonal=diagonal):
+            return _minimal_norm(s, r, lambda u: _solves(s, r, u), diagonal)
+
+        _, (du, d_diag, _) = jax.jvp(solve, (system, rhs), (d_system, d_rhs))
 
         def numpy(h):
             s, r = system + h * d_system, rhs + h * d_rhs

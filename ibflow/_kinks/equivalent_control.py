@@ -1,7 +1,6 @@
 """Filippov equivalent control: the kink slopes that keep sliding pre-activations at 0
 ([THEORY §8.2][theory-8-2])."""
 
-import functools
 from collections.abc import Callable
 
 import equinox as eqx
@@ -24,50 +23,65 @@ _DEGENERATE_RESIDUAL = 1e-6
 _RANK_TOLERANCE = 1e-12
 
 
-def _lu(system, rhs, diagonal):
-    """`_regular`'s work: ``S⁻¹ rhs``, with `diagonal` the whole ``S⁻¹`` (else None), the LU
-    factors and whether a pivot is (nearly) 0. With `diagonal`, the right-hand side and the
-    identity are solved as one block ``[rhs | I]`` by one `lu_solve`: two independent batched
-    LAPACK calls in one program can deadlock jaxlib 0.10.2 on CPU (`ibflow._lapack`)."""
+def _factor(system):
+    """The LU factors of `system` and whether a pivot is (nearly) 0, i.e. the system may be
+    rank-deficient."""
     lu, pivots = jsl.lu_factor(system)
     pivot = jnp.abs(jnp.diagonal(lu, axis1=-2, axis2=-1))
-    small = ~(jnp.min(pivot, axis=-1) > _RANK_TOLERANCE * jnp.max(pivot, axis=-1))
-    if not diagonal:
-        return jsl.lu_solve((lu, pivots), rhs[..., None])[..., 0], None, (lu, pivots), small
-    eye = jnp.broadcast_to(jnp.eye(system.shape[-1], dtype=system.dtype), system.shape)
-    both = jsl.lu_solve((lu, pivots), jnp.concatenate([rhs[..., None], eye], axis=-1))
-    return both[..., 0], both[..., 1:], (lu, pivots), small
+    return (lu, pivots), ~(jnp.min(pivot, axis=-1) > _RANK_TOLERANCE * jnp.max(pivot, axis=-1))
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _regular(system, rhs, diagonal=True):
-    """``S⁻¹ rhs`` and (with `diagonal`, else None) the diagonal of ``S⁻¹`` from one LU
-    factorization per neuron, and whether a pivot is (nearly) 0, i.e. the system may be
-    rank-deficient.
+def _solve(factor, rhs):
+    return jsl.lu_solve(factor, rhs[..., None])[..., 0]
 
-    Its derivative is the implicit one, ``du = S⁻¹ (d rhs − dS u)`` and
-    ``d(S⁻¹)ᵢᵢ = −(S⁻¹ dS S⁻¹)ᵢᵢ``, from the inverse already at hand (no LAPACK call), or by
-    one more solve that needs ``u`` first: JAX's own rules for ``lu_factor`` and ``lu_solve``
-    differentiate with triangular solves that do not depend on each other, which XLA may run at
-    once (`ibflow._lapack`; the tail's exact Jacobian differentiates the multiplier solve)."""
-    u, inverse, _, small = _lu(system, rhs, diagonal)
-    return u, None if inverse is None else jnp.diagonal(inverse, axis1=-2, axis2=-1), small
+
+@jax.custom_jvp
+def _regular(system, rhs):
+    """``S⁻¹ rhs`` from one LU factorization per neuron, and whether a pivot is (nearly) 0,
+    i.e. the system may be rank-deficient.
+
+    Its derivative is the implicit one, ``du = S⁻¹ (d rhs − dS u)``: one more solve with the
+    factors, which needs ``u`` first. (JAX's own rules for ``lu_factor`` and ``lu_solve``
+    differentiate with triangular solves that do not depend on each other, which XLA may run
+    at once, `ibflow._lapack`; the tail's exact Jacobian differentiates the multiplier
+    solve.)"""
+    factor, small = _factor(system)
+    return _solve(factor, rhs), small
 
 
 @_regular.defjvp
-def _regular_jvp(diagonal, primals, tangents):
+def _regular_jvp(primals, tangents):
     system, rhs = primals
     d_system, d_rhs = tangents
-    u, inverse, factor, small = _lu(system, rhs, diagonal)
-    drive = d_rhs - jnp.einsum("...ij,...j->...i", d_system, u)
-    no_tangent = np.zeros(small.shape, dtype=jax.dtypes.float0)
-    if inverse is None:
-        du = jsl.lu_solve(factor, drive[..., None])[..., 0]
-        return (u, None, small), (du, None, no_tangent)
-    du = jnp.einsum("...ij,...j->...i", inverse, drive)
-    d_diagonal = -jnp.einsum("...ij,...jk,...ki->...i", inverse, d_system, inverse)
-    return ((u, jnp.diagonal(inverse, axis1=-2, axis2=-1), small),
-            (du, d_diagonal, no_tangent))
+    factor, small = _factor(system)
+    u = _solve(factor, rhs)
+    du = _solve(factor, d_rhs - jnp.einsum("...ij,...j->...i", d_system, u))
+    return (u, small), (du, np.zeros(small.shape, dtype=jax.dtypes.float0))
+
+
+def _inverse(system):
+    factor, _ = _factor(system)
+    eye = jnp.broadcast_to(jnp.eye(system.shape[-1], dtype=system.dtype), system.shape)
+    return jsl.lu_solve(factor, eye)
+
+
+@jax.custom_jvp
+def _inverse_diagonal(system):
+    """The diagonal of ``S⁻¹`` (S regular), by its own LU factorization: `_minimal_norm`
+    computes it in a branch that runs after the solve, so that no two LAPACK calls can run at
+    once (`ibflow._lapack`), and where a site uses only the solution, the compiler drops it.
+    (One solve of ``[rhs | I]`` cannot be dropped: it made a vmapped sweep of 64 ReLU
+    students take 30 % more CPU time, ``benchmarks/results/probes.md``.) Its derivative,
+    ``d(S⁻¹)ᵢᵢ = −(S⁻¹ dS S⁻¹)ᵢᵢ``, comes from the inverse at hand (no LAPACK call)."""
+    return jnp.diagonal(_inverse(system), axis1=-2, axis2=-1)
+
+
+@_inverse_diagonal.defjvp
+def _inverse_diagonal_jvp(primals, tangents):
+    (system,), (d_system,) = primals, tangents
+    inverse = _inverse(system)
+    return (jnp.diagonal(inverse, axis1=-2, axis2=-1),
+            -jnp.einsum("...ij,...jk,...ki->...i", inverse, d_system, inverse))
 
 
 def _least_squares(system, rhs):
@@ -118,15 +132,21 @@ def _minimal_norm(system, rhs, solved, diagonal=True):
     residual, ...), which may mean a rank deficiency. Where a system is regular the two
     solutions agree (the least-squares solution is the unique solution). The predicate is
     reduced over a vmapped batch, so the branch stays a branch instead of a select that runs
-    both. Returns ``(u, diagonal of the (pseudo-)inverse or None, neutral)``."""
-    u, inverse, small = _regular(system, rhs, diagonal)
+    both. Returns ``(u, diagonal of the (pseudo-)inverse or None, neutral)``.
+
+    Each branch makes its LAPACK calls after the solve (the branch needs ``u``), one after
+    the other: none runs beside another (`ibflow._lapack`)."""
+    u, small = _regular(system, rhs)
 
     def least_squares():
         u, inverse_ls, neutral = _least_squares(system, rhs)
         return u, inverse_ls if diagonal else None, neutral
 
-    return jax.lax.cond(eqxi.unvmap_any(jnp.any(small | ~solved(u))), least_squares,
-                        lambda: (u, inverse, jnp.zeros(u.shape, dtype=bool)))
+    def regular():
+        inverse = _inverse_diagonal(system) if diagonal else None
+        return u, inverse, jnp.zeros(u.shape, dtype=bool)
+
+    return jax.lax.cond(eqxi.unvmap_any(jnp.any(small | ~solved(u))), least_squares, regular)
 
 
 class Packing(eqx.Module):
