@@ -111,10 +111,11 @@ def test_a_vmapped_grid_of_diagonal_flows_or_minimizers_runs_its_lapack_calls_on
 
 def test_large_batched_solves_in_sequence_finish_and_are_exact():
     """Programs that hung at 0 % CPU every time on the project's 2-core machine while their
-    LAPACK calls could run at once, now ordered by `after`: the multiplier solve of 2 560
-    systems of 10 × 10 (a vmapped sweep of 256 ReLU students with 10 neurons each: the
-    right-hand side, then the identity for the inverse's diagonal), and two solves of 100
-    systems of 100 × 100 (ordered by ``optimization_barrier`` they still hung). In a child
+    LAPACK calls could run at once, now in sequence: the multiplier solve of 2 560 systems of
+    10 × 10 (a vmapped sweep of 256 ReLU students with 10 neurons each: the right-hand side,
+    then the inverse's diagonal in the branch that takes the solution), and two solves of 100
+    systems of 100 × 100 ordered by `after` (ordered by ``optimization_barrier`` they still
+    hung). In a child
     process, so that a hang fails this test instead of the run; checked against numpy."""
     code = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np
