@@ -77,10 +77,11 @@ def table(members: int, out: dict) -> str:
                        if k not in ("converged", "stationary"))
     steps = res["steps"]
     rows = [
-        "| students | chunk | first call s | warm call s | converged | stationary | other "
-        "| steps (median / max) | lockstep efficiency |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| {members} | {res.metadata['config']['chunk_size']} | {out['first']:.1f} | "
+        "| students | chunk | chunks at once | first call s | warm call s | converged "
+        "| stationary | other | steps (median / max) | lockstep efficiency |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {members} | {res.metadata['config']['chunk_size']} | "
+        f"{res.metadata['chunks_at_once']} | {out['first']:.1f} | "
         f"{out['warm']:.1f} | {counts.get('converged', 0)} | {counts.get('stationary', 0)} | "
         f"{members - final}" + (f" ({others})" if others else "")
         + f" | {int(np.median(steps))} / {int(steps.max())} | "

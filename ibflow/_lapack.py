@@ -31,6 +31,7 @@ computes ``a``: with it, the two solves of 100 systems of 100 × 100 hung as bef
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import PyTree
 
 
@@ -58,3 +59,43 @@ def after(done: PyTree, value: PyTree) -> PyTree:
         return leaf - zero.astype(leaf.dtype)
 
     return jax.tree_util.tree_map(tied, value)
+
+
+
+#: The most elements (of its largest operand) of a batched LAPACK or BLAS call in a program that
+#: runs beside another program (`largest_batched_lapack_call`). jaxlib 0.10.2 splits a batched
+#: call across the intra-op thread pool once it is large enough, and two such calls in two
+#: programs running at once hang the same way as two in one program; an unbatched call is
+#: never split. Measured on the project's 2-core CPU, two threads each running a loop of one
+#: batched call (``benchmarks/results/probes.md``, "Chunks at once"): solves of 200 systems of
+#: 10 × 10 (20 000 elements), 10 of 32 × 32 (10 240) and 2 of 100 × 100 (20 000), triangular
+#: solves of 10 systems of 10 × 10 with 60 right-hand sides (6 000) and one unbatched
+#: 200 × 200 solve finished; solves of 320 systems of 10 × 10 (32 000), 40 of 32 × 32 (40 960),
+#: 10 of 100 × 100 (100 000), and triangular solves of 10 × 10 with 600 right-hand sides (60 000)
+#: or of 10 systems of 60 × 60 (36 000) hung. A quarter of the smallest size that hung.
+CONCURRENT_LAPACK_ELEMENTS = 8192
+
+
+def largest_batched_lapack_call(module) -> int:
+    """The most elements of an operand of a batched LAPACK or BLAS call in `module` (a
+    StableHLO module, ``jax.stages.Lowered.compiler_ir("stablehlo")``; batched: an operand
+    with leading dimensions beyond its matrix's two, of more than one matrix), 0 if it makes
+    none. Programs whose batched calls are all at most `CONCURRENT_LAPACK_ELEMENTS` may run
+    beside each other."""
+    from jax._src.lib.mlir import ir
+
+    def walk(op):
+        largest = 0
+        if op.operation.name == "stablehlo.custom_call":
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            if "lapack" in target or "blas" in target:
+                shapes = [ir.RankedTensorType(operand.type).shape for operand in op.operands]
+                if any(int(np.prod(shape[:-2], dtype=np.int64)) > 1 for shape in shapes):
+                    largest = max(int(np.prod(shape, dtype=np.int64)) for shape in shapes)
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    largest = max(largest, walk(inner))
+        return largest
+
+    return max((walk(op) for op in module.body.operations), default=0)

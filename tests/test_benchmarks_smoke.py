@@ -328,8 +328,8 @@ def test_students_benchmark_small(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "students.png").stat().st_size > 0
     row = (tmp_path / "students.md").read_text().strip().splitlines()[-1].split("|")
-    assert [c.strip() for c in row[1:2] + row[7:8]] == ["4", "0"], row  # no other status
-    assert int(row[5]) + int(row[6]) == 4, row
+    assert [c.strip() for c in row[1:2] + row[8:9]] == ["4", "0"], row  # no other status
+    assert int(row[6]) + int(row[7]) == 4, row
 
 
 def test_gpu_benchmark_small(tmp_path):

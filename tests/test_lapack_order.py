@@ -1,6 +1,7 @@
 """No two batched LAPACK calls at once: jaxlib 0.10.2's CPU kernels can deadlock then
 (`ibflow._lapack`)."""
 
+import functools
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import pytest
 
 import ibflow
 from ibflow._kinks.equivalent_control import _minimal_norm, _solves
-from ibflow._lapack import after
+from ibflow._lapack import after, largest_batched_lapack_call
 from tests.lapack_audit import concurrent_lapack_calls
 
 
@@ -177,3 +178,59 @@ def test_the_multiplier_solve_differentiates_as_the_implicit_function():
             np.testing.assert_allclose(d_diag, (i1 - i0) / (2 * h), rtol=1e-7, atol=1e-9)
         else:
             assert d_diag is None
+
+
+def test_the_size_of_batched_lapack_calls_is_read_from_the_program():
+    """`largest_batched_lapack_call`: the largest operand of a batched LAPACK call (leading
+    dimensions of more than one matrix), unbatched calls not counted (jaxlib never splits
+    them)."""
+    rng = np.random.default_rng(2)
+
+    def largest(fn, *args):
+        return largest_batched_lapack_call(jax.jit(fn).lower(*args).compiler_ir("stablehlo"))
+
+    assert largest(lambda a, b: a @ b, np.ones((50, 50)), np.ones(50)) == 0
+    assert largest(jnp.linalg.solve, rng.normal(size=(200, 200)), rng.normal(size=200)) == 0
+    assert largest(jnp.linalg.solve, rng.normal(size=(320, 10, 10)),
+                   rng.normal(size=(320, 10, 1))) == 320 * 10 * 10
+    triangular = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, lower=True)
+    assert largest(triangular, rng.normal(size=(10, 10, 10)),
+                   rng.normal(size=(10, 10, 60))) == 10 * 10 * 60
+    assert largest(jax.vmap(jnp.linalg.cholesky), rng.normal(size=(4, 3, 3))) == 4 * 3 * 3
+
+
+def test_programs_with_batched_lapack_calls_at_the_limit_finish_beside_each_other():
+    """`CONCURRENT_LAPACK_ELEMENTS` holds on this machine: two threads, each running a loop
+    of batched solves or triangular solves of that many elements, finish (at four times the
+    size they hung on the project's 2-core CPU). In a child process, so that a hang fails this
+    test instead of the run; results checked against numpy."""
+    code = textwrap.dedent("""
+        import functools, jax, jax.numpy as jnp, numpy as np
+        from concurrent.futures import ThreadPoolExecutor
+        import ibflow
+        from ibflow._lapack import CONCURRENT_LAPACK_ELEMENTS as LIMIT
+        rng = np.random.default_rng(0)
+        systems = LIMIT // 100
+        A = rng.normal(size=(systems, 10, 10)) + 6 * np.eye(10)
+        b = rng.normal(size=(systems, 10, 1))
+        L = np.tril(rng.normal(size=(10, 10, 10))) + 6 * np.eye(10)
+        B = rng.normal(size=(10, 10, LIMIT // 100))
+        triangular = functools.partial(jax.lax.linalg.triangular_solve, left_side=True,
+                                       lower=True)
+        solve = jax.jit(lambda A, b: jax.lax.fori_loop(
+            0, 200, lambda i, x: jnp.linalg.solve(A + 1e-9 * i, b), b))
+        tri = jax.jit(lambda L, B: jax.lax.fori_loop(
+            0, 200, lambda i, x: triangular(L + 1e-9 * i, B), B))
+        jobs = [lambda: solve(A, b), lambda: tri(L, B)] * 4
+        with ThreadPoolExecutor(2) as pool:
+            out = list(pool.map(lambda job: jax.block_until_ready(job()), jobs))
+        last = 1e-9 * 199  # the loops' last perturbation
+        print(max(np.max(np.abs(out[0] - np.linalg.solve(A + last, b))),
+                  np.max(np.abs(out[1] - np.linalg.solve(np.tril(L + last), B)))))
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=300, check=True).stdout.split()
+    except subprocess.TimeoutExpired:
+        pytest.fail("two programs of batched LAPACK calls at the limit hung (300 s)")
+    assert float(out[0]) < 1e-10

@@ -16,6 +16,7 @@ import pytest
 
 import ibflow
 from ibflow._status import STATUS_NAMES
+from ibflow._sweep import executor as executor_module
 
 N, D = 12, 40
 
@@ -381,3 +382,86 @@ def test_paired_data_axis_is_checked(data, values, match):
     with pytest.raises(ValueError, match=match):
         ibflow.sweep(Diagonal(D), ibflow.Grid(data_index=values, scale=[0.1], shape=[0.0]),
                      given, progress=False)
+
+
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@pytest.mark.skipif(jax.devices()[0].platform != "cpu", reason="chunks at once: one CPU device")
+def test_chunks_run_at_once_give_the_records_of_chunks_run_one_at_a_time(monkeypatch):
+    """On a CPU, chunks of flows through kinks (one member each) run one per core at once, and
+    every member gets the record it gets when the chunks run one at a time: ReLU students of
+    `benchmarks.students`, each on its own teacher's data, swept twice by one compiled
+    program. Each member's loss is also its rebuilt model's loss on its own data set."""
+    from benchmarks import students
+
+    picked = np.array([3, 9, 13, 17])
+    data = [students.student_data(k) for k in range(int(picked.max()) + 1)]
+    grid = ibflow.Grid(data_index=picked)
+    at_once = ibflow.sweep(students.Student(), grid, data, progress=False)
+    cap = executor_module.MAX_CONCURRENT_CHUNKS
+    monkeypatch.setattr(executor_module, "MAX_CONCURRENT_CHUNKS", 1)
+    in_turn = ibflow.sweep(students.Student(), grid, data, progress=False)
+    assert at_once.metadata["chunks_at_once"] == min(_cores(), cap)
+    assert in_turn.metadata["chunks_at_once"] == 1
+    assert set(at_once.fields) == set(in_turn.fields)
+    for name in at_once.fields:
+        np.testing.assert_array_equal(at_once[name], in_turn[name], err_msg=name)
+    for i, k in enumerate(picked):
+        X, y = data[k]
+        model = at_once.model(students.Student(), data_index=k)
+        loss = 0.5 * jnp.mean((jax.vmap(model)(X) - y) ** 2)
+        np.testing.assert_allclose(at_once["loss"][i], loss, rtol=1e-8, atol=1e-300)
+    assert {at_once.status_names[int(c)] for c in at_once["status"]} <= {"converged",
+                                                                          "stationary"}
+
+
+@pytest.mark.skipif(jax.devices()[0].platform != "cpu", reason="chunks at once: one CPU device")
+def test_chunks_whose_batched_lapack_calls_are_large_run_one_at_a_time():
+    """The diagonal net's Newton tail factorizes one 12 × 12 matrix per member of a chunk:
+    chunks of 8 (1 152 elements) may run at once, chunks of 64 (9 216, above
+    `CONCURRENT_LAPACK_ELEMENTS`) run one at a time (two such programs at once could hang,
+    `ibflow._lapack`), and a sweep of one chunk has nothing to decide."""
+    data = ibflow.data.sparse_regression(jax.random.key(3), n=12, d=30)
+    grid = ibflow.Grid(scale=np.geomspace(1e-3, 1.0, 16), shape=np.linspace(0.0, 0.9, 8))
+    small = ibflow.sweep(Diagonal(30), grid, data, chunk_size=8, progress=False)
+    large = ibflow.sweep(Diagonal(30), grid, data, chunk_size=64, progress=False)
+    whole = ibflow.sweep(Diagonal(30), grid, data, chunk_size=128, progress=False)
+    assert small.metadata["chunks_at_once"] == min(_cores(), executor_module.MAX_CONCURRENT_CHUNKS)
+    assert large.metadata["chunks_at_once"] == 1
+    assert whole.metadata["chunks_at_once"] is None
+    for res in (large, whole):
+        np.testing.assert_allclose(small["predictor"], res["predictor"], rtol=1e-10, atol=1e-14)
+    assert small.converged.all() and large.converged.all() and whole.converged.all()
+
+
+def test_chunks_at_once_come_back_in_order_and_stop_with_their_consumer():
+    """`_in_order`: results in the items' order whatever order they finish in, never more
+    than `at_once` running together, and nothing started after the consumer stops."""
+    import threading
+    import time
+
+    from ibflow._sweep.sweep import _in_order
+
+    lock, running, most, started = threading.Lock(), [0], [0], []
+
+    def fn(item):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            started.append(item)
+        time.sleep(0.002 * ((7 * item) % 5))  # later items often finish first
+        with lock:
+            running[0] -= 1
+        return item * item
+
+    assert list(_in_order(fn, range(20), 3)) == [i * i for i in range(20)]
+    assert most[0] == 3
+    assert list(_in_order(fn, range(5), 1)) == [0, 1, 4, 9, 16]
+    started.clear()
+    for value in _in_order(fn, range(100), 2):
+        if value == 9:
+            break
+    time.sleep(0.1)
+    assert max(started) <= 5  # items 0-3 taken, at most two more begun

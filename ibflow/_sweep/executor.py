@@ -1,6 +1,7 @@
 """The compiled, vmapped, sharded batch runner of a sweep."""
 
 import inspect
+import os
 from collections.abc import Callable
 
 import equinox as eqx
@@ -12,6 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import _checks
 from .._integrate import integrate
+from .._lapack import CONCURRENT_LAPACK_ELEMENTS, largest_batched_lapack_call
 from .._models.base import AbstractPredictorModel
 from .._status import Status
 from .plan import DATA_AXIS
@@ -27,6 +29,9 @@ FIRST_PASS_STEPS = 8
 #: the first pass and its own compilation.
 SPLIT_MIN_MEMBERS = 16
 _BUDGET_EXHAUSTED = int(Status.budget_exhausted._value)
+#: At most this many chunks in flight at once on a CPU (`Executor.concurrency`), and no more
+#: than the cores this process may use.
+MAX_CONCURRENT_CHUNKS = 8
 
 
 @eqx.filter_jit
@@ -105,7 +110,8 @@ class Executor:
     has the record it would have with the full budget (its solve does not depend on the budget
     it did not reach); a member that exhausts the full budget in the second pass reports
     ``budget_exhausted``, as in one pass. `second_pass_counts` lists, per `run`, the members run
-    again (0 for a chunk run in one pass)."""
+    again (0 for a chunk run in one pass). On a CPU, `run` may be called from several threads
+    at once, as many as `decide_concurrency` allows."""
 
     def __init__(self, build: Callable, options: dict, sweepable: tuple[str, ...],
                  option_axes: tuple[str, ...], references: tuple[str, ...], has_test: bool,
@@ -129,6 +135,8 @@ class Executor:
         self._first_options = self.options | {"max_steps": first}
         self._split = first < budget and not one_pass
         self.second_pass_counts: list[int] = []
+        self._platform = devices[0].platform
+        self.concurrency: int | None = None  # `decide_concurrency`
 
     def place(self, dataset: dict[str, np.ndarray], refs: dict[str, np.ndarray]) -> tuple:
         """One data set and its references on every device: copied once per data set, and
@@ -140,15 +148,40 @@ class Executor:
         return jax.device_put((dataset["X"], dataset["y"], X_test, y_test, dict(refs)),
                               self._replicated)
 
-    def _batch(self, params: dict[str, np.ndarray], placed: tuple, options: dict) -> dict:
+    def _arguments(self, params: dict[str, np.ndarray], placed: tuple, options: dict) -> tuple:
         # device_put, not jnp.asarray: that compiles a conversion program per shape and dtype.
         params = jax.device_put(params, self._members)
+        build_axes = tuple(k for k in params if k not in self.option_axes) if (
+            self.build_axes is None) else self.build_axes
+        return (self.build, options, self.option_axes, build_axes, self.paired,
+                self.references, self.has_test, params, *placed)
+
+    def _batch(self, params: dict[str, np.ndarray], placed: tuple, options: dict) -> dict:
         with _checks.traced_errors_as_nan():  # no host callbacks: cacheable across processes
-            build_axes = tuple(k for k in params if k not in self.option_axes) if (
-                self.build_axes is None) else self.build_axes
-            out = _integrate_batch(self.build, options, self.option_axes, build_axes,
-                                   self.paired, self.references, self.has_test, params, *placed)
+            out = _integrate_batch(*self._arguments(params, placed, options))
         return {k: np.array(v) for k, v in out.items()}
+
+    def decide_concurrency(self, params: dict[str, np.ndarray], placed: tuple) -> int:
+        """How many chunks may run at once: on one CPU device, where each chunk runs in one
+        pass, as many as the cores (at most `MAX_CONCURRENT_CHUNKS`), provided that no batched
+        LAPACK call of the batch's program is larger than `CONCURRENT_LAPACK_ELEMENTS` (larger
+        ones of two programs running at once hang, `ibflow._lapack`); else 1. A small flow's
+        program is a long chain of tiny operations that keeps one core busy at most, so two
+        chunks at once nearly halve a sweep of flows through kinks on two cores
+        (benchmarks/results/students.md). The program is lowered here (in the same context as
+        the call, whose trace it shares) to read its LAPACK calls. Sets and returns
+        `concurrency` (None until decided: a sweep of one round never asks)."""
+        cores = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else os.cpu_count() or 1, MAX_CONCURRENT_CHUNKS)
+        self.concurrency = 1
+        if self._platform != "cpu" or self.n_devices != 1 or self._split or cores < 2:
+            return self.concurrency
+        with _checks.traced_errors_as_nan():
+            lowered = _integrate_batch.lower(*self._arguments(params, placed, self.options))
+        module = lowered.lowered.compiler_ir("stablehlo")
+        if largest_batched_lapack_call(module) <= CONCURRENT_LAPACK_ELEMENTS:
+            self.concurrency = cores
+        return self.concurrency
 
     def run(self, params: dict[str, np.ndarray], placed: tuple) -> dict[str, np.ndarray]:
         """Integrate the members ``params`` (one flat array per axis) on a data set placed by

@@ -4,9 +4,11 @@ Glue only: `plan` decides what to compute, `store` keeps the results directory h
 `executor` runs the compiled batches, `result` gathers and labels them.
 """
 
+import collections
 import hashlib
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import diffrax as dfx
@@ -124,7 +126,12 @@ def sweep(
       in a tail whose batch compacts (the default Newton tail of the diagonal net: members that
       finish early cost nothing, and one large batch shares its matrix products);
       ``ACCELERATOR_CHUNK`` = 2048 on accelerators (or the grid's size, if smaller). Every chunk
-      has the same shape (the last one is padded), so the whole sweep compiles once.
+      has the same shape (the last one is padded), so the whole sweep compiles once. On one
+      CPU device, chunks run one per core at once where every chunk runs in one pass and the
+      program's batched LAPACK calls are small enough not to hang beside each other
+      (`ibflow._lapack.CONCURRENT_LAPACK_ELEMENTS`): a flow through kinks keeps one core
+      busy at most. The metadata's ``chunks_at_once`` says how many ran at once (None: the
+      sweep computed one round of chunks or none, nothing to decide).
     - `order`: a member-ordering strategy (`CostOrder()`: most expensive first by the models'
       `AbstractCostEstimate`; None: grid order). Members are chunked in this order.
     - `references`: distances to record for models with a predictor: ``"min_l1"``, ``"min_l2"``.
@@ -185,13 +192,15 @@ def sweep(
         datasets, refs = [_stacked(datasets)], [_stacked(refs)]
     if out is None:
         records = _run(plan, executor, datasets, refs, None, progress, "sweep")
-        return _finish(records, plan, metadata, multi, grid, None)
+        return _finish(records, plan, metadata | {"chunks_at_once": executor.concurrency},
+                       multi, grid, None)
     store = _store.Store(out)
     with store.locked():
         store.claim(metadata)
         records = _run(plan, executor, datasets, refs, store, progress,
                        f"sweep {Path(out).name}")
-        return _finish(records, plan, metadata, multi, grid, store)
+        return _finish(records, plan, metadata | {"chunks_at_once": executor.concurrency},
+                       multi, grid, store)
 
 
 def _checked_references(references) -> tuple[str, ...]:
@@ -417,24 +426,62 @@ def _run(plan, executor, datasets, refs, store, progress, label) -> dict:
     _warn_missing(plan, store, todo, records)
     bar = _progress(len(plan.work), len(plan.work) - len(todo), progress, label)
     n_dev = executor.n_devices
+    rounds = []  # (group of chunks, their data set placed on the devices)
     for di in range(plan.n_datasets):
         mine = [t for t in todo if t[0] == di]
         placed = executor.place(datasets[di], refs[di]) if mine else None
-        for group in (mine[i:i + n_dev] for i in range(0, len(mine), n_dev)):
-            slots = group + [group[-1]] * (n_dev - len(group))
-            index = np.concatenate([_padded(plan.chunks[ci], plan.chunk_size) for _, ci in slots])
-            result = executor.run(plan.member_params(index), placed)
-            for slot, (_, ci) in enumerate(group):
-                idx, lo = plan.chunks[ci], slot * plan.chunk_size
-                rec = {k: v[lo:lo + len(idx)] for k, v in result.items()} | {"index": idx}
-                _check_record(rec, plan, di, ci)
-                records[(di, ci)] = rec
-                if store is not None:
-                    store.save_chunk(plan.number(di, ci), rec, config_hash=plan.config_hash,
-                                     dataset=di)
-                bar.update(1)
+        rounds += [(mine[i:i + n_dev], placed) for i in range(0, len(mine), n_dev)]
+
+    def params(group):
+        slots = group + [group[-1]] * (n_dev - len(group))
+        index = np.concatenate([_padded(plan.chunks[ci], plan.chunk_size) for _, ci in slots])
+        return plan.member_params(index)
+
+    def compute(round_):
+        group, placed = round_
+        return executor.run(params(group), placed)
+
+    def keep(group, result):
+        for slot, (di, ci) in enumerate(group):
+            idx, lo = plan.chunks[ci], slot * plan.chunk_size
+            rec = {k: v[lo:lo + len(idx)] for k, v in result.items()} | {"index": idx}
+            _check_record(rec, plan, di, ci)
+            records[(di, ci)] = rec
+            if store is not None:
+                store.save_chunk(plan.number(di, ci), rec, config_hash=plan.config_hash,
+                                 dataset=di)
+            bar.update(1)
+
+    # The first round alone (it compiles the program); the others, where the executor allows
+    # (`Executor.decide_concurrency`), several at once, kept and saved in work order.
+    for round_ in rounds[:1]:
+        keep(round_[0], compute(round_))
+    at_once = 1 if len(rounds) < 2 else executor.decide_concurrency(params(rounds[1][0]),
+                                                                     rounds[1][1])
+    for round_, result in zip(rounds[1:], _in_order(compute, rounds[1:], at_once)):
+        keep(round_[0], result)
     bar.close()
     return records
+
+
+def _in_order(fn, items, at_once: int):
+    """``fn(item)`` for each item, in order, with at most `at_once` computed at the same time
+    (threads; the next starts when the oldest is taken). If the consumer stops (an error, or
+    Ctrl-C), the items not yet started are dropped: the threads finish only what they run."""
+    if at_once < 2:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(at_once)
+    pending = collections.deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) == at_once:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _check_record(rec: dict, plan, di: int, ci: int) -> None:
