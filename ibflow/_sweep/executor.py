@@ -29,8 +29,8 @@ FIRST_PASS_STEPS = 8
 #: the first pass and its own compilation.
 SPLIT_MIN_MEMBERS = 16
 _BUDGET_EXHAUSTED = int(Status.budget_exhausted._value)
-#: At most this many chunks in flight at once on a CPU (`Executor.concurrency`), and no more
-#: than the cores this process may use.
+#: At most this many chunks in flight at once on a CPU (`Executor.concurrency`; see
+#: `_chunks_beside`).
 MAX_CONCURRENT_CHUNKS = 8
 
 
@@ -163,7 +163,7 @@ class Executor:
 
     def decide_concurrency(self, params: dict[str, np.ndarray], placed: tuple) -> int:
         """How many chunks may run at once: on one CPU device, where each chunk runs in one
-        pass, as many as the cores (at most `MAX_CONCURRENT_CHUNKS`), provided that no batched
+        pass, `_chunks_beside` (at most `MAX_CONCURRENT_CHUNKS`), provided that no batched
         LAPACK call of the batch's program is larger than `CONCURRENT_LAPACK_ELEMENTS` (larger
         ones of two programs running at once hang, `ibflow._lapack`); else 1. A small flow's
         program is a long chain of tiny operations that keeps one core busy at most, so two
@@ -171,9 +171,8 @@ class Executor:
         (benchmarks/results/students.md). The program is lowered here (in the same context as
         the call, whose trace it shares) to read its LAPACK calls. Sets and returns
         `concurrency` (None until decided: a sweep of one round never asks)."""
-        cores = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                    else os.cpu_count() or 1, MAX_CONCURRENT_CHUNKS)
         self.concurrency = 1
+        cores = min(_chunks_beside(), MAX_CONCURRENT_CHUNKS)
         if self._platform != "cpu" or self.n_devices != 1 or self._split or cores < 2:
             return self.concurrency
         with _checks.traced_errors_as_nan():
@@ -203,6 +202,17 @@ class Executor:
             for k, v in out.items():
                 v[again] = second[k][:len(again)]
         return out
+
+
+def _chunks_beside() -> int:
+    """Chunks to run at once on this CPU: 2 on two cores (where the size rule of
+    `CONCURRENT_LAPACK_ELEMENTS` was measured), half the cores on more. XLA's intra-op pool has
+    a thread per core, and a program blocks at most one of them at a time in a LAPACK call
+    (ibflow orders its calls, `ibflow._lapack`), so with half the threads free every split
+    batch's tasks find a thread, should jaxlib split at other sizes on a larger pool."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    return 1 if cores < 2 else max(2, cores // 2)
 
 
 def _default_max_steps() -> int:

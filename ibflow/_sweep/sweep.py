@@ -127,11 +127,11 @@ def sweep(
       finish early cost nothing, and one large batch shares its matrix products);
       ``ACCELERATOR_CHUNK`` = 2048 on accelerators (or the grid's size, if smaller). Every chunk
       has the same shape (the last one is padded), so the whole sweep compiles once. On one
-      CPU device, chunks run one per core at once where every chunk runs in one pass and the
-      program's batched LAPACK calls are small enough not to hang beside each other
-      (`ibflow._lapack.CONCURRENT_LAPACK_ELEMENTS`): a flow through kinks keeps one core
-      busy at most. The metadata's ``chunks_at_once`` says how many ran at once (None: the
-      sweep computed one round of chunks or none, nothing to decide).
+      CPU device, chunks run several at once (two on two cores, half the cores on more) where
+      every chunk runs in one pass and the program's batched LAPACK calls are small enough
+      not to hang beside each other (`ibflow._lapack.CONCURRENT_LAPACK_ELEMENTS`): a flow
+      through kinks keeps one core busy at most. The metadata's ``chunks_at_once`` says how
+      many ran at once (None: the sweep computed one round of chunks or none).
     - `order`: a member-ordering strategy (`CostOrder()`: most expensive first by the models'
       `AbstractCostEstimate`; None: grid order). Members are chunked in this order.
     - `references`: distances to record for models with a predictor: ``"min_l1"``, ``"min_l2"``.
