@@ -61,6 +61,10 @@ def after(done: PyTree, value: PyTree) -> PyTree:
     return jax.tree_util.tree_map(tied, value)
 
 
+def is_lapack_call(target: str) -> bool:
+    """Whether a custom call's target name is one of jaxlib's CPU LAPACK or BLAS kernels."""
+    return "lapack" in target or "blas" in target
+
 
 #: The most elements (of its largest operand) of a batched LAPACK or BLAS call in a program that
 #: runs beside another program (`largest_batched_lapack_call`). jaxlib 0.10.2 splits a batched
@@ -82,13 +86,12 @@ def largest_batched_lapack_call(module) -> int:
     with leading dimensions beyond its matrix's two, of more than one matrix), 0 if it makes
     none. Programs whose batched calls are all at most `CONCURRENT_LAPACK_ELEMENTS` may run
     beside each other."""
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
 
     def walk(op):
         largest = 0
         if op.operation.name == "stablehlo.custom_call":
-            target = ir.StringAttr(op.attributes["call_target_name"]).value
-            if "lapack" in target or "blas" in target:
+            if is_lapack_call(ir.StringAttr(op.attributes["call_target_name"]).value):
                 shapes = [ir.RankedTensorType(operand.type).shape for operand in op.operands]
                 if any(int(np.prod(shape[:-2], dtype=np.int64)) > 1 for shape in shapes):
                     largest = max(int(np.prod(shape, dtype=np.int64)) for shape in shapes)

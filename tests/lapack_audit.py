@@ -10,11 +10,9 @@ included. An ``optimization_barrier``'s result k counts as its operand k, not as
 operands: the CPU runtime schedules by buffers, and a barrier's results are its operands'
 buffers, so a barrier orders nothing at run time (`ibflow._lapack`)."""
 
-from jax._src.lib.mlir import ir
+from jax.extend.mlir import ir
 
-
-def _is_lapack(target: str) -> bool:
-    return "lapack" in target or "blas" in target
+from ibflow._lapack import is_lapack_call
 
 
 def concurrent_lapack_calls(module) -> list[tuple[str, str, str]]:
@@ -32,7 +30,7 @@ def concurrent_lapack_calls(module) -> list[tuple[str, str, str]]:
     def has_lapack(op) -> bool:
         name = op.operation.name
         if name == "stablehlo.custom_call":
-            return _is_lapack(ir.StringAttr(op.attributes["call_target_name"]).value)
+            return is_lapack_call(ir.StringAttr(op.attributes["call_target_name"]).value)
         if name in ("func.call", "call"):
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee not in known:

@@ -172,14 +172,14 @@ class Executor:
         the call, whose trace it shares) to read its LAPACK calls. Sets and returns
         `concurrency` (None until decided: a sweep of one round never asks)."""
         self.concurrency = 1
-        cores = min(_chunks_beside(), MAX_CONCURRENT_CHUNKS)
-        if self._platform != "cpu" or self.n_devices != 1 or self._split or cores < 2:
+        at_once = min(_chunks_beside(), MAX_CONCURRENT_CHUNKS)
+        if self._platform != "cpu" or self.n_devices != 1 or self._split or at_once < 2:
             return self.concurrency
         with _checks.traced_errors_as_nan():
             lowered = _integrate_batch.lower(*self._arguments(params, placed, self.options))
         module = lowered.lowered.compiler_ir("stablehlo")
         if largest_batched_lapack_call(module) <= CONCURRENT_LAPACK_ELEMENTS:
-            self.concurrency = cores
+            self.concurrency = at_once
         return self.concurrency
 
     def run(self, params: dict[str, np.ndarray], placed: tuple) -> dict[str, np.ndarray]:
