@@ -50,6 +50,24 @@ def test_the_audit_finds_two_independent_solves_and_not_two_in_sequence():
     assert count(ordered) == 0
 
 
+def test_a_lax_map_remainder_runs_beside_its_scan():
+    """docs/guarantees.md: ``jax.lax.map`` with a `batch_size` that does not divide the length
+    solves the remainder beside the scan (two LAPACK calls XLA may run at once); with no
+    remainder the solves stay in the scan, one group after another."""
+
+    def grouped(matrices, rhs):
+        return jax.lax.map(lambda pair: jnp.linalg.solve(*pair), (matrices, rhs), batch_size=4)
+
+    def count(members):
+        matrices = jnp.broadcast_to(jnp.eye(3) + 0.1, (members, 3, 3))
+        rhs = jnp.ones((members, 3))
+        return len(concurrent_lapack_calls(
+            jax.jit(grouped).lower(matrices, rhs).compiler_ir("stablehlo")))
+
+    assert count(10) > 0
+    assert count(8) == 0
+
+
 def test_after_is_the_identity_and_carries_no_derivative():
     """`after` changes no value (−0, ±inf and NaN included, whatever `done` holds: NaN, inf,
     integers, booleans) and no derivative, under jit, vmap and grad."""
