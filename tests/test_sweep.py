@@ -386,7 +386,7 @@ def test_paired_data_axis_is_checked(data, values, match):
 
 def _cores():
     """The chunks a sweep runs at once here: 2 on two cores, half the cores on more."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = executor_module.usable_cores()
     return 1 if cores < 2 else max(2, cores // 2)
 
 

@@ -210,9 +210,15 @@ def _chunks_beside() -> int:
     a thread per core, and a program blocks at most one of them at a time in a LAPACK call
     (ibflow orders its calls, `ibflow._lapack`), so with half the threads free every split
     batch's tasks find a thread, should jaxlib split at other sizes on a larger pool."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
+    cores = usable_cores()
     return 1 if cores < 2 else max(2, cores // 2)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _default_max_steps() -> int:
